@@ -1,0 +1,495 @@
+"""Integration fixture: Debian's nginx with the built module, a real esid and
+a real origin on 127.0.0.1, all in one temporary directory per test.
+
+A test class says what differs from the default configuration; a test
+registers what the origin serves, makes a request and compares exact bytes:
+
+    class IncludeTest(EsiTestCase):
+        def test_absolute_src_is_included(self):
+            self.origin.route("/page", 'a<esi:include src="/esi/x"/>c')
+            self.origin.route("/esi/x", "X")
+            self.assertBody("/page", b"aXc")
+
+Everything a test starts is stopped in tearDown, also on failure (SIGTERM,
+then SIGKILL after a bounded wait); on failure the nginx error log, esid's
+stderr and the origin's log are printed.  After every test the error log
+must hold no crashed worker and no [alert]/[emerg] line.
+"""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from origin import Origin
+
+SOURCE_DIR = os.environ.get(
+    "ESI_SOURCE_DIR",
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__)))))
+BUILD_DIR = os.environ.get("ESI_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+NGINX = os.environ.get("ESI_NGINX", "/usr/sbin/nginx")
+ESID = os.path.join(BUILD_DIR, "esid")
+ESICTL = os.path.join(BUILD_DIR, "esictl")
+MODULE = os.path.join(BUILD_DIR, "ngx_http_esi_module.so")
+
+# Hang guards only: nothing asserts on elapsed time.
+START_BOUND = 30.0
+STOP_BOUND = 10.0
+REQUEST_TIMEOUT = 30.0
+
+ERROR_MARKER = b"<!-- ESI include error -->"
+
+# A crashed or misbehaving worker shows up as one of these in error.log.
+CRASH_RE = re.compile(
+    r"exited on signal|core dumped|\[alert\]|\[emerg\]")
+SANITIZER_RE = re.compile(
+    r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
+
+NGINX_CONF = """\
+@@USER@@
+worker_processes @@WORKERS@@;
+master_process on;
+pid @@TMP@@/nginx.pid;
+error_log @@TMP@@/error.log info;
+load_module @@MODULE@@;
+
+events {
+    worker_connections 1024;
+}
+
+http {
+    log_format esi '$request_uri $status $esi_status';
+    access_log @@TMP@@/access.log esi;
+
+    client_body_temp_path @@TMP@@/client_body;
+    proxy_temp_path @@TMP@@/proxy_temp;
+    fastcgi_temp_path @@TMP@@/fastcgi_temp;
+    uwsgi_temp_path @@TMP@@/uwsgi_temp;
+    scgi_temp_path @@TMP@@/scgi_temp;
+
+    default_type application/octet-stream;
+
+    esi_daemon unix:@@SOCKET@@;
+    proxy_cache_path @@TMP@@/cache keys_zone=pages:16m;
+
+@@HTTP@@
+
+    server {
+        listen 127.0.0.1:@@PORT@@;
+        server_name localhost;
+
+@@SERVER@@
+
+        location / {
+            proxy_pass http://127.0.0.1:@@ORIGIN@@;
+            proxy_cache pages;
+            proxy_cache_valid 200 10m;
+            add_header X-Cache-Status $upstream_cache_status;
+            esi on;
+@@LOCATION@@
+        }
+
+        location /esi/ {
+            proxy_pass http://127.0.0.1:@@ORIGIN@@;
+            esi on;
+@@FRAGMENT_LOCATION@@
+        }
+
+@@LOCATIONS@@
+    }
+}
+"""
+
+
+class Response:
+    """What came back: status, headers, body, and whether it was complete."""
+
+    def __init__(self, status, headers, body, complete, error=None):
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.complete = complete
+        self.error = error
+
+    def header(self, name):
+        return self.headers.get(name) if self.headers is not None else None
+
+    def __repr__(self):
+        return "Response(%r, complete=%r, error=%r, body=%r)" % (
+            self.status, self.complete, self.error, self.body[:200])
+
+
+def free_port():
+    """A port nothing listens on right now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def poll(condition, bound=START_BOUND, interval=0.02):
+    """Call `condition` until it returns something true or `bound` passes."""
+    deadline = time.monotonic() + bound
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def unix_socket_answers(path):
+    if not os.path.exists(path):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
+
+
+def tcp_port_answers(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+class Process:
+    """A child in its own process group, stopped with its whole group."""
+
+    def __init__(self, name, argv, tmp, env=None):
+        self.name = name
+        self.argv = argv
+        self.stdout_path = os.path.join(tmp, name + ".stdout")
+        self.stderr_path = os.path.join(tmp, name + ".stderr")
+        out = open(self.stdout_path, "ab")
+        err = open(self.stderr_path, "ab")
+        try:
+            self.popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True, env=env)
+        finally:
+            out.close()
+            err.close()
+        self.pid = self.popen.pid
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            os.kill(self.pid, sig)
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after STOP_BOUND; returns the exit code."""
+        if self.alive():
+            self._signal_group(signal.SIGCONT)
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.popen.wait(STOP_BOUND)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.popen.wait(STOP_BOUND)
+        return self.popen.returncode
+
+    def kill(self):
+        self._signal_group(signal.SIGKILL)
+        self.popen.wait(STOP_BOUND)
+
+    def _signal_group(self, sig):
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stderr(self):
+        return _read(self.stderr_path)
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class EsiTestCase(unittest.TestCase):
+    """One origin, one esid and one nginx per test, in a fresh temp dir.
+
+    Class attributes are the configuration; a test may change them on
+    `self` before its first request, since nginx starts lazily.
+    """
+
+    WORKERS = 1
+    HTTP = ""               # extra directives in http {}
+    SERVER = ""             # extra directives in server {}
+    LOCATION = ""           # extra directives in location / {}
+    FRAGMENT_LOCATION = ""  # extra directives in location /esi/ {}
+    LOCATIONS = ""          # extra location blocks
+    ESID = True             # start esid before nginx
+    ESID_ARGS = ("--log-level", "debug")
+
+    maxDiff = 4096
+
+    # -- fixture ---------------------------------------------------------
+
+    def setUp(self):
+        for path, what in ((NGINX, "nginx"), (MODULE, "the ESI module"),
+                           (ESID, "esid")):
+            if not os.path.exists(path):
+                self.fail("%s not found at %s: build the project first "
+                          "(cmake --build %s)" % (what, path, BUILD_DIR))
+        self.tmp = tempfile.mkdtemp(prefix="esi-it-")
+        self.socket_path = os.path.join(self.tmp, "esid.sock")
+        self.processes = []
+        self.esid = None
+        self.nginx = None
+        self.port = None
+        self.origin = Origin(os.path.join(self.tmp, "origin.log"))
+        self.addCleanup(self._teardown)
+
+    def run(self, result=None):
+        result = result if result is not None else self.defaultTestResult()
+        before = len(result.failures) + len(result.errors)
+        super().run(result)
+        failed = len(result.failures) + len(result.errors) > before
+        tmp = getattr(self, "tmp", None)
+        if tmp is None:
+            return result
+        if failed:
+            self._dump_logs()
+        if failed and os.environ.get("ESI_KEEP_TMP"):
+            sys.stderr.write("kept %s\n" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return result
+
+    def _dump_logs(self):
+        out = ["", "=" * 70, "logs of %s (%s)" % (self.id(), self.tmp)]
+        names = ["nginx.conf", "error.log", "access.log", "origin.log"]
+        names += sorted(n for n in os.listdir(self.tmp)
+                        if n.endswith(".stderr") or n.endswith(".stdout"))
+        for name in names:
+            text = _read(os.path.join(self.tmp, name))
+            if len(text) > 20000:
+                text = "[...]\n" + text[-20000:]
+            out.append("--- %s ---\n%s" % (name, text))
+        sys.stderr.write("\n".join(out) + "\n")
+
+    def _teardown(self):
+        # nginx first, so workers let go of esid before it stops.
+        for proc in reversed(self.processes):
+            proc.stop()
+        self.origin.close()
+        problems = []
+        log = _read(os.path.join(self.tmp, "error.log"))
+        for line in log.splitlines():
+            if CRASH_RE.search(line):
+                problems.append("error.log: " + line)
+        for proc in self.processes:
+            for line in proc.stderr().splitlines():
+                if SANITIZER_RE.search(line):
+                    problems.append("%s: %s" % (proc.name, line))
+        if problems:
+            raise AssertionError("after the test:\n" + "\n".join(problems))
+
+    # -- starting things -----------------------------------------------
+
+    def spawn(self, name, argv, env=None):
+        proc = Process(name, argv, self.tmp, env)
+        self.processes.append(proc)
+        return proc
+
+    def start_esid(self, *extra, socket_path=None):
+        """Start `esid --socket PATH` and wait until the socket answers."""
+        path = socket_path or self.socket_path
+        argv = [ESID, "--socket", path] + list(self.ESID_ARGS) + list(extra)
+        proc = self.spawn("esid-%d" % len(self.processes), argv)
+        ready = poll(lambda: not proc.alive() or unix_socket_answers(path))
+        if not proc.alive() or not ready:
+            self.fail("esid did not come up on %s (exit %r):\n%s" % (
+                path, proc.popen.poll(), proc.stderr()))
+        self.esid = proc
+        return proc
+
+    def start_esid_socket_activated(self):
+        """esid started by systemd-socket-activate on first connection."""
+        tool = shutil.which("systemd-socket-activate")
+        if tool is None:
+            self.fail("systemd-socket-activate not found (packaging/deps.sh "
+                      "installs systemd)")
+        argv = [tool, "-l", self.socket_path, ESID] + list(self.ESID_ARGS)
+        proc = self.spawn("esid-activated-%d" % len(self.processes), argv)
+        if not poll(lambda: not proc.alive()
+                    or os.path.exists(self.socket_path)) or not proc.alive():
+            self.fail("systemd-socket-activate did not listen on %s:\n%s" % (
+                self.socket_path, proc.stderr()))
+        self.esid = proc
+        return proc
+
+    def nginx_conf(self):
+        snippets = {
+            "HTTP": self.HTTP,
+            "SERVER": self.SERVER,
+            "LOCATION": self.LOCATION,
+            "FRAGMENT_LOCATION": self.FRAGMENT_LOCATION,
+            "LOCATIONS": self.LOCATIONS,
+        }
+        values = {
+            "USER": "user root;" if os.geteuid() == 0 else "",
+            "WORKERS": str(self.WORKERS),
+            "TMP": self.tmp,
+            "MODULE": MODULE,
+            "SOCKET": self.socket_path,
+            "PORT": str(self.port),
+            "ORIGIN": str(self.origin.port),
+        }
+        conf = NGINX_CONF
+        # Snippets first: they may use @@ORIGIN@@, @@TMP@@ and the rest.
+        for key, value in list(snippets.items()) + list(values.items()):
+            conf = conf.replace("@@%s@@" % key, value)
+        return conf
+
+    def start(self):
+        """Start esid (unless ESID is false or it runs) and then nginx."""
+        if self.nginx is not None:
+            return
+        if self.ESID and self.esid is None:
+            self.start_esid()
+        for attempt in range(3):
+            self.port = free_port()
+            conf_path = os.path.join(self.tmp, "nginx.conf")
+            with open(conf_path, "w") as f:
+                f.write(self.nginx_conf())
+            proc = self.spawn("nginx", [
+                NGINX, "-p", self.tmp + "/", "-e", self.tmp + "/error.log",
+                "-c", conf_path, "-g", "daemon off;"])
+            up = poll(lambda: not proc.alive() or tcp_port_answers(self.port))
+            if proc.alive() and up:
+                self.nginx = proc
+                return
+            proc.stop()
+            log = _read(os.path.join(self.tmp, "error.log"))
+            if "Address already in use" in log and attempt < 2:
+                continue  # someone took the port in between: pick another
+            self.fail("nginx did not start (exit %r):\n%s" % (
+                proc.popen.returncode, log))
+
+    @property
+    def host(self):
+        return "127.0.0.1:%d" % self.port
+
+    # -- requests --------------------------------------------------------
+
+    def fetch(self, path, headers=None, method="GET"):
+        """One request on a new connection; never raises for a bad reply."""
+        self.start()
+        conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                          timeout=REQUEST_TIMEOUT)
+        status, hdrs, body = None, None, b""
+        try:
+            conn.request(method, path, headers=headers or {})
+            resp = conn.getresponse()
+            status, hdrs = resp.status, resp.headers
+            body = resp.read()
+            return Response(status, hdrs, body, True)
+        except http.client.IncompleteRead as e:
+            return Response(status, hdrs, body + e.partial, False, e)
+        except socket.timeout as e:
+            self.fail("%s %s: no complete answer within %ss (hang)" % (
+                method, path, REQUEST_TIMEOUT))
+        except (http.client.HTTPException, ConnectionError) as e:
+            return Response(status, hdrs, body, False, e)
+        finally:
+            conn.close()
+
+    def get(self, path, headers=None):
+        """GET that must complete: returns (status, headers, body)."""
+        r = self.fetch(path, headers)
+        if not r.complete:
+            self.fail("GET %s: incomplete response (%r)" % (path, r.error))
+        return r.status, r.headers, r.body
+
+    def assertBody(self, path, expected, status=200, headers=None):
+        got_status, _, body = self.get(path, headers)
+        self.assertEqual(body, expected, "body of GET %s" % path)
+        self.assertEqual(got_status, status, "status of GET %s" % path)
+        return body
+
+    # -- looking at what happened ------------------------------------------
+
+    def access_log(self, count):
+        """The first `count` access log lines, waiting for them (bounded):
+        nginx writes the line after the response has gone out."""
+        path = os.path.join(self.tmp, "access.log")
+        lines = poll(lambda: (lambda ls: ls if len(ls) >= count else None)(
+            _read(path).splitlines()), bound=10.0)
+        if not lines:
+            self.fail("access.log has fewer than %d lines:\n%s" % (
+                count, _read(path)))
+        return lines[:count]
+
+    def esi_status(self, nth):
+        """$esi_status logged for the nth (1-based) request of the test."""
+        fields = self.access_log(nth)[nth - 1].split()
+        return fields[2] if len(fields) > 2 else ""
+
+    def error_log(self):
+        return _read(os.path.join(self.tmp, "error.log"))
+
+    def worker_pids(self):
+        """Pids of the nginx master's children (its workers)."""
+        master = self.nginx.pid
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == master:
+                pids.append(int(entry))
+        return sorted(pids)
+
+    def esictl(self, *args, socket_path=None):
+        """Run build/esictl; returns the CompletedProcess."""
+        if not os.path.exists(ESICTL):
+            self.fail("esictl not found at %s" % ESICTL)
+        argv = [ESICTL, "--socket", socket_path or self.socket_path] + \
+            list(args)
+        return subprocess.run(argv, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=REQUEST_TIMEOUT)
+
+    def stats(self):
+        """`esictl stats` as a dict of name -> int."""
+        r = self.esictl("stats")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        values = {}
+        for line in r.stdout.decode().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                values[parts[0]] = int(parts[1])
+        return values
+
+    def stats_json(self):
+        r = self.esictl("stats", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        return json.loads(r.stdout)

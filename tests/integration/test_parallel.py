@@ -1,0 +1,58 @@
+"""Includes without alt/onerror are fetched concurrently.
+
+The origin's gate holds fragment requests until 32 are in flight together
+(or 20 s pass, after which it lets them through): a sequential connector
+would see 1 in flight and fail the assertion, not hang.
+"""
+
+import unittest
+
+from harness import EsiTestCase
+
+N = 32
+
+
+class ParallelTest(EsiTestCase):
+
+    def test_32_includes_are_in_flight_at_once(self):
+        self.origin.gate("/esi/gate/", N)
+        self.origin.prefix("/esi/gate/",
+                           lambda target: "<%s>" % target.rsplit("/", 1)[1])
+        self.origin.route("/page", "".join(
+            '%d:<esi:include src="/esi/gate/%d"/>;' % (i, i)
+            for i in range(N)))
+        expected = "".join("%d:<%d>;" % (i, i) for i in range(N))
+        self.assertBody("/page", expected.encode())
+        self.assertEqual(self.origin.max_in_flight("/esi/gate/"), N)
+
+    def test_includes_with_alt_are_resolved_in_order(self):
+        # The seed: an include carrying alt= suspends the parser until its
+        # status is known, so these are fetched one at a time.
+        self.origin.track("/esi/seq/")
+        self.origin.prefix("/esi/seq/", lambda target: target[-1])
+        self.origin.route("/page", "".join(
+            '<esi:include src="/esi/seq/%d" alt="/esi/seq/alt"/>' % i
+            for i in range(4)))
+        self.assertBody("/page", b"0123")
+        self.assertEqual(self.origin.max_in_flight("/esi/seq/"), 1)
+
+
+class TwoWorkersTest(EsiTestCase):
+    WORKERS = 2
+
+    def test_pages_are_processed_with_two_workers(self):
+        self.origin.route("/page", 'a<esi:include src="/esi/x"/>c')
+        self.origin.route("/esi/x", "X")
+        for _ in range(10):
+            self.assertBody("/page", b"aXc")
+
+    def test_parallel_includes_with_two_workers(self):
+        self.origin.gate("/esi/gate/", 8)
+        self.origin.prefix("/esi/gate/", "g")
+        self.origin.route("/page", '<esi:include src="/esi/gate/1"/>' * 8)
+        self.assertBody("/page", b"g" * 8)
+        self.assertEqual(self.origin.max_in_flight("/esi/gate/"), 8)
+
+
+if __name__ == "__main__":
+    unittest.main()
