@@ -453,7 +453,7 @@ class EsiTestCase(unittest.TestCase):
         return _read(os.path.join(self.tmp, "error.log"))
 
     def worker_pids(self):
-        """Pids of the nginx master's children (its workers)."""
+        """Pids of the nginx master's worker processes."""
         master = self.nginx.pid
         pids = []
         for entry in os.listdir("/proc"):
@@ -465,7 +465,10 @@ class EsiTestCase(unittest.TestCase):
             except OSError:
                 continue
             fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == master:
+            if int(fields[1]) != master:
+                continue
+            cmdline = _read("/proc/%s/cmdline" % entry)
+            if "worker process" in cmdline:
                 pids.append(int(entry))
         return sorted(pids)
 

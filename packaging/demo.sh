@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Demo: a shop page assembled from ESI fragments by Debian's nginx + esid.
+#
+# Installs dependencies, builds, then starts in the background (surviving
+# this script) a demo origin on 127.0.0.1:8081, esid on
+# /tmp/esi-demo/esid.sock and nginx on 127.0.0.1:8080 with proxy_cache for
+# the page and uncached fragments.  Logs and pids: /tmp/esi-demo.
+# Running it again stops the previous demo first.  `demo.sh stop` only stops.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+demo=/tmp/esi-demo
+port=8080
+origin_port=8081
+url=http://127.0.0.1:$port/
+
+# Stop what a previous run started: each pid file names one of our processes.
+stop_demo() {
+    local name pid
+    for name in nginx esid origin; do
+        [ -s "$demo/$name.pid" ] || continue
+        pid=$(cat "$demo/$name.pid")
+        # Only if that pid is still ours (pids get reused).
+        if kill -0 "$pid" 2>/dev/null &&
+           tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null |
+               grep -qE 'nginx|esid|shop\.py'; then
+            kill -TERM "$pid" 2>/dev/null || true
+            for _ in $(seq 1 100); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
+            kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+        fi
+        rm -f "$demo/$name.pid"
+    done
+}
+
+# wait_for DESCRIPTION COMMAND...: retry COMMAND for up to 10 s.
+wait_for() {
+    local what=$1; shift
+    for _ in $(seq 1 100); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "demo: $what did not come up; logs in $demo" >&2
+    exit 1
+}
+
+if [ "${1:-}" = stop ]; then
+    stop_demo
+    echo "demo: stopped"
+    exit 0
+fi
+
+bash packaging/deps.sh
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build "$root/build" -j2
+
+stop_demo
+rm -rf "$demo/cache" "$demo/temp" "$demo/esid.sock"
+mkdir -p "$demo/cache" "$demo/temp"
+
+for p in $port $origin_port; do
+    if curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$p/"; then
+        echo "demo: something else already answers on 127.0.0.1:$p" >&2
+        exit 1
+    fi
+done
+
+cat > "$demo/nginx.conf" <<CONF
+user root;
+worker_processes 1;
+pid $demo/nginx.pid;
+error_log $demo/error.log info;
+load_module $root/build/ngx_http_esi_module.so;
+
+events { worker_connections 1024; }
+
+http {
+    log_format esi '\$remote_addr [\$time_local] "\$request" \$status '
+                   'cache=\$upstream_cache_status esi=\$esi_status';
+    access_log $demo/access.log esi;
+    client_body_temp_path $demo/temp/body;
+    proxy_temp_path $demo/temp/proxy;
+    fastcgi_temp_path $demo/temp/fastcgi;
+    uwsgi_temp_path $demo/temp/uwsgi;
+    scgi_temp_path $demo/temp/scgi;
+
+    esi_daemon unix:$demo/esid.sock;
+    proxy_cache_path $demo/cache keys_zone=pages:16m;
+
+    server {
+        listen 127.0.0.1:$port;
+
+        # The page shell: cached for 10 minutes, ESI processed on every hit.
+        location / {
+            proxy_pass http://127.0.0.1:$origin_port;
+            proxy_cache pages;
+            proxy_cache_valid 200 10m;
+            add_header X-Cache-Status \$upstream_cache_status;
+            esi on;
+        }
+
+        # Fragments: not cached, so the cart is fresh on every page view.
+        location /esi/ {
+            internal;
+            proxy_pass http://127.0.0.1:$origin_port;
+            esi on;
+        }
+    }
+}
+CONF
+
+setsid nohup python3 "$root/packaging/demo/shop.py" --port "$origin_port" \
+    >"$demo/origin.log" 2>&1 </dev/null &
+echo $! >"$demo/origin.pid"
+wait_for "the demo origin" curl -fs -o /dev/null "http://127.0.0.1:$origin_port/"
+
+setsid nohup "$root/build/esid" --socket "$demo/esid.sock" --log-level info \
+    >"$demo/esid.log" 2>&1 </dev/null &
+echo $! >"$demo/esid.pid"
+wait_for "esid" test -S "$demo/esid.sock"
+
+# nginx daemonizes itself and writes $demo/nginx.pid.
+/usr/sbin/nginx -p "$demo/" -e "$demo/error.log" -c "$demo/nginx.conf"
+wait_for "nginx" curl -fs -o /dev/null "$url"
+
+# The assembled page: fragments in, no ESI markup left.
+assembled() {
+    local page
+    page=$(curl -fsS --max-time 10 "$url") || return 1
+    grep -q '<h1>ESI demo shop</h1>' <<<"$page" &&
+        grep -q 'class="cart"' <<<"$page" &&
+        ! grep -q '<esi:' <<<"$page"
+}
+if ! wait_for "the assembled page" assembled; then
+    exit 1
+fi
+
+curl -fsS "$url"
+echo
+echo "demo: serving $url (logs and pids in $demo; stop with $0 stop)"

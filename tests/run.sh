@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The whole gate: dependencies, a RelWithDebInfo build and every ctest test,
+# then an ASan+UBSan build of esid and the unit tests and every ctest test
+# again.  Ends with one line "N passed, N failed"; exits non-zero on any
+# failure.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=${ESI_JOBS:-2}
+logs=$(mktemp -d /tmp/esi-run.XXXXXX)
+passed=0
+failed=0
+
+step() { printf '\n==== %s\n' "$*"; }
+
+# Configure, build and test one build tree; adds to passed/failed.
+suite() {
+    local dir=$1; shift
+    local log="$logs/$(basename "$dir").ctest.log"
+    step "configure $dir $*"
+    if ! cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"; then
+        echo "run: configure of $dir failed"
+        failed=$((failed + 1))
+        return
+    fi
+    step "build $dir"
+    if ! cmake --build "$dir" -j"$jobs"; then
+        echo "run: build of $dir failed"
+        failed=$((failed + 1))
+        return
+    fi
+    step "ctest $dir"
+    ctest --test-dir "$dir" --output-on-failure -j"$jobs" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    # "100% tests passed, 0 tests failed out of 12"
+    local line
+    line=$(grep -E '[0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "run: ctest in $dir ran no test (exit $rc)"
+        failed=$((failed + 1))
+        return
+    fi
+    local f t
+    f=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/' <<<"$line")
+    t=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/' <<<"$line")
+    passed=$((passed + t - f))
+    failed=$((failed + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "run: ctest in $dir exited $rc"
+        failed=$((failed + 1))
+    fi
+}
+
+step "dependencies"
+if ! bash packaging/deps.sh; then
+    echo "run: packaging/deps.sh failed"
+    failed=$((failed + 1))
+fi
+
+suite build
+
+# esid and the unit tests under AddressSanitizer and UBSan; the nginx module
+# is loaded into Debian's unsanitized nginx and stays unsanitized.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+suite build-asan -DESI_SANITIZE=ON
+
+rm -rf "$logs"
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
