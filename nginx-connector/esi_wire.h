@@ -16,6 +16,10 @@
 
 #include "esi_wire_layout.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 
 typedef struct {
     const uint8_t  *seg;
@@ -108,5 +112,9 @@ size_t esi_wire_finish(esi_wire_builder_t *b);
 /* Bytes a message needs: its structs' words plus its esi_wire_blob()s. */
 size_t esi_wire_size(size_t struct_words, size_t blob_bytes);
 
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ESI_WIRE_H */

@@ -1,4 +1,6 @@
 @0xd86251cb1504069b;
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("esi::wire");
 # The only definition of every message between the NGINX connector and esid.
 # Framing, ring layout and failure rules: proto/README.md.
 

@@ -1,0 +1,15 @@
+#include "engine/stats.h"
+
+#include <nlohmann/json.hpp>
+
+namespace esi {
+
+nlohmann::json Stats::toJson() const {
+  return {{"connections", connections}, {"active_connections", activeConnections},
+          {"streams", streams},         {"active_streams", activeStreams},
+          {"bytes", bytes},             {"includes", includes},
+          {"warnings", warnings},       {"errors", errors},
+          {"ring_full", ringFull}};
+}
+
+}  // namespace esi

@@ -1,0 +1,26 @@
+// Counters esid keeps for `esictl stats`.  One event loop thread updates
+// them, so they are plain integers.
+
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace esi {
+
+struct Stats {
+  uint64_t connections = 0;      // worker connections accepted, ever
+  uint64_t activeConnections = 0;
+  uint64_t streams = 0;          // streams opened, ever
+  uint64_t activeStreams = 0;
+  uint64_t bytes = 0;            // body bytes parsed
+  uint64_t includes = 0;         // includes found
+  uint64_t warnings = 0;         // odd markup passed over
+  uint64_t errors = 0;           // refused includes and protocol violations
+  uint64_t ringFull = 0;         // answers that had to wait for ring space
+
+  nlohmann::json toJson() const;
+};
+
+}  // namespace esi

@@ -1,0 +1,281 @@
+#include "transport/server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <spdlog/spdlog.h>
+
+#include "esi.capnp.h"
+#include "transport/worker_session.h"
+
+namespace esi {
+
+namespace {
+
+constexpr size_t kMaxHelloBytes = 64 * 1024;
+constexpr int kSystemdFirstFd = 3;
+
+// The listening socket systemd handed us, if any (sd_listen_fds(3)).
+int inheritedSocket() {
+  const char* pid = std::getenv("LISTEN_PID");
+  const char* fds = std::getenv("LISTEN_FDS");
+  if (pid == nullptr || fds == nullptr) return -1;
+  if (std::strtol(pid, nullptr, 10) != getpid() || std::strtol(fds, nullptr, 10) < 1) {
+    return -1;
+  }
+  unsetenv("LISTEN_PID");
+  unsetenv("LISTEN_FDS");
+  unsetenv("LISTEN_FDNAMES");
+  return kSystemdFirstFd;
+}
+
+// True when something already accepts connections on path.
+bool socketAnswers(const std::string& path) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  return connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+}  // namespace
+
+class Server::Client {
+ public:
+  explicit Client(Server& server) : server_(server), pipe_(new uv_pipe_t) {
+    uv_pipe_init(server.loop_, pipe_, 0);
+    pipe_->data = this;
+  }
+
+  ~Client() {
+    session_.reset();
+    if (!closing_) {
+      uv_close(reinterpret_cast<uv_handle_t*>(pipe_),
+               [](uv_handle_t* h) { delete reinterpret_cast<uv_pipe_t*>(h); });
+    }
+  }
+
+  uv_pipe_t* pipe() { return pipe_; }
+
+  void start() {
+    uv_read_start(reinterpret_cast<uv_stream_t*>(pipe_), onAlloc, onRead);
+  }
+
+  void close() {
+    if (closing_) return;
+    closing_ = true;
+    if (session_) session_->shutdown();
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(pipe_));
+    uv_close(reinterpret_cast<uv_handle_t*>(pipe_), [](uv_handle_t* h) {
+      auto* self = static_cast<Client*>(h->data);
+      auto* pipe = reinterpret_cast<uv_pipe_t*>(h);
+      self->server_.remove(self);
+      delete pipe;
+    });
+  }
+
+ private:
+  static void onAlloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
+    auto* self = static_cast<Client*>(h->data);
+    buf->base = self->readBuffer_;
+    buf->len = sizeof(self->readBuffer_);
+  }
+
+  static void onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
+    auto* self = static_cast<Client*>(stream->data);
+    if (nread < 0) {
+      if (nread != UV_EOF) spdlog::debug("client: {}", uv_strerror(static_cast<int>(nread)));
+      self->close();
+      return;
+    }
+    if (self->session_ || self->answered_) {
+      spdlog::error("client sent bytes after its hello; closing it");
+      self->close();
+      return;
+    }
+    self->inbox_.insert(self->inbox_.end(), buf->base, buf->base + nread);
+    self->readHello();
+  }
+
+  void readHello() {
+    if (inbox_.size() < 8) return;
+    uint32_t table[2];
+    std::memcpy(table, inbox_.data(), sizeof(table));
+    const size_t total = 8 + size_t{table[1]} * sizeof(capnp::word);
+    if (table[0] != 0 || total > kMaxHelloBytes) {
+      spdlog::error("client hello is not a single-segment message of at most {} bytes", kMaxHelloBytes);
+      close();
+      return;
+    }
+    if (inbox_.size() < total) return;
+    if (inbox_.size() > total) {
+      spdlog::error("client sent bytes after its hello; closing it");
+      close();
+      return;
+    }
+
+    kj::Array<capnp::word> words = kj::heapArray<capnp::word>(total / sizeof(capnp::word));
+    std::memcpy(words.begin(), inbox_.data(), total);
+    inbox_.clear();
+    try {
+      capnp::FlatArrayMessageReader reader(words);
+      auto hello = reader.getRoot<wire::Hello>();
+      if (hello.getVersion() != wire::PROTOCOL_VERSION) {
+        spdlog::error("client speaks protocol {}, esid speaks {}; closing it",
+                      hello.getVersion(), wire::PROTOCOL_VERSION);
+        close();
+        return;
+      }
+      switch (hello.which()) {
+        case wire::Hello::ATTACH:
+          attach();
+          return;
+        case wire::Hello::CONTROL:
+          control(std::string(hello.getControl().cStr()));
+          return;
+      }
+      spdlog::error("client hello of an unknown kind; closing it");
+    } catch (const kj::Exception& e) {
+      spdlog::error("malformed client hello: {}", e.getDescription().cStr());
+    }
+    close();
+  }
+
+  void attach() {
+    int fd = -1;
+    uv_fileno(reinterpret_cast<uv_handle_t*>(pipe_), &fd);
+    try {
+      session_ = std::make_unique<WorkerSession>(
+          server_.loop_, fd, server_.options_.ringSize, server_.stats_,
+          [this](std::string_view) { close(); });
+    } catch (const std::exception& e) {
+      spdlog::error("cannot set up rings for a worker: {}", e.what());
+      close();
+      return;
+    }
+    if (!session_->start()) {
+      close();
+      return;
+    }
+    spdlog::info("worker attached");
+  }
+
+  void control(const std::string& command) {
+    answered_ = true;
+    int fd = -1;
+    uv_fileno(reinterpret_cast<uv_handle_t*>(pipe_), &fd);
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    ControlAnswer answer{false, "cannot read peer credentials"};
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      answer = server_.control_(command, PeerCredentials{cred.pid, cred.uid, cred.gid});
+    }
+
+    capnp::MallocMessageBuilder message;
+    auto reply = message.initRoot<wire::ControlReply>();
+    reply.setOk(answer.ok);
+    reply.setBody(answer.body);
+    reply_ = capnp::messageToFlatArray(message);
+    uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(reply_.begin()),
+                               static_cast<unsigned>(reply_.size() * sizeof(capnp::word)));
+    write_.data = this;
+    uv_write(&write_, reinterpret_cast<uv_stream_t*>(pipe_), &buf, 1,
+             [](uv_write_t* req, int) { static_cast<Client*>(req->data)->close(); });
+  }
+
+  Server& server_;
+  uv_pipe_t* pipe_;
+  bool closing_ = false;
+  bool answered_ = false;
+  char readBuffer_[4096];
+  std::vector<char> inbox_;
+  std::unique_ptr<WorkerSession> session_;
+  kj::Array<capnp::word> reply_;
+  uv_write_t write_;
+};
+
+Server::Server(uv_loop_t* loop, ServerOptions options, Stats& stats,
+               ControlHandler control)
+    : loop_(loop), options_(std::move(options)), stats_(stats),
+      control_(std::move(control)) {}
+
+Server::~Server() { close(); }
+
+void Server::listen() {
+  listener_ = new uv_pipe_t;
+  uv_pipe_init(loop_, listener_, 0);
+  listener_->data = this;
+
+  if (int fd = inheritedSocket(); fd >= 0) {
+    if (int rc = uv_pipe_open(listener_, fd); rc != 0) {
+      throw std::runtime_error(std::string("cannot use the socket systemd passed: ") + uv_strerror(rc));
+    }
+    where_ = "socket from systemd (fd 3)";
+  } else {
+    const std::string& path = options_.socketPath;
+    struct stat st;
+    if (lstat(path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) {
+        throw std::runtime_error(path + " exists and is not a socket");
+      }
+      if (socketAnswers(path)) {
+        throw std::runtime_error("another esid is already listening on " + path);
+      }
+      unlink(path.c_str());
+    }
+    // Owner and group only: NGINX's workers reach it through the group.
+    const mode_t old = umask(0117);
+    const int rc = uv_pipe_bind(listener_, path.c_str());
+    umask(old);
+    if (rc != 0) {
+      throw std::runtime_error("cannot bind " + path + ": " + uv_strerror(rc));
+    }
+    ownsPath_ = true;
+    where_ = path;
+  }
+
+  if (int rc = uv_listen(reinterpret_cast<uv_stream_t*>(listener_), SOMAXCONN, onConnection);
+      rc != 0) {
+    throw std::runtime_error(std::string("cannot listen: ") + uv_strerror(rc));
+  }
+}
+
+void Server::close() {
+  if (listener_ != nullptr) {
+    uv_close(reinterpret_cast<uv_handle_t*>(listener_),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_pipe_t*>(h); });
+    listener_ = nullptr;
+    if (ownsPath_) unlink(options_.socketPath.c_str());
+  }
+  // Clients remove themselves once their handles are closed.
+  for (auto& client : clients_) client->close();
+}
+
+void Server::onConnection(uv_stream_t* listener, int status) {
+  auto* self = static_cast<Server*>(listener->data);
+  if (status < 0) {
+    spdlog::warn("accept: {}", uv_strerror(status));
+    return;
+  }
+  auto client = std::make_unique<Client>(*self);
+  if (uv_accept(listener, reinterpret_cast<uv_stream_t*>(client->pipe())) != 0) {
+    return;  // the Client's destructor closes its handle
+  }
+  client->start();
+  self->clients_.push_back(std::move(client));
+}
+
+void Server::remove(Client* client) {
+  clients_.remove_if([client](const auto& c) { return c.get() == client; });
+}
+
+}  // namespace esi

@@ -1,0 +1,70 @@
+// esid's Unix socket: bound by path or inherited from systemd, accepting
+// NGINX workers (which get a WorkerSession) and esictl (which gets one
+// control answer).
+
+#pragma once
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/stats.h"
+
+namespace esi {
+
+struct PeerCredentials {
+  pid_t pid;
+  uid_t uid;
+  gid_t gid;
+};
+
+struct ControlAnswer {
+  bool ok;
+  std::string body;
+};
+
+using ControlHandler =
+    std::function<ControlAnswer(std::string_view command, const PeerCredentials&)>;
+
+struct ServerOptions {
+  std::string socketPath;  // ignored when systemd passed a socket
+  uint32_t ringSize = 1 << 20;
+};
+
+class Server {
+ public:
+  Server(uv_loop_t* loop, ServerOptions options, Stats& stats,
+         ControlHandler control);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Throws std::runtime_error when the socket cannot be had.
+  void listen();
+  // Stops accepting and ends every connection.
+  void close();
+
+  const std::string& describe() const { return where_; }
+
+ private:
+  class Client;
+  static void onConnection(uv_stream_t* listener, int status);
+  void remove(Client* client);
+
+  uv_loop_t* loop_;
+  const ServerOptions options_;
+  Stats& stats_;
+  ControlHandler control_;
+  uv_pipe_t* listener_ = nullptr;
+  bool ownsPath_ = false;
+  std::string where_;
+  std::list<std::unique_ptr<Client>> clients_;
+};
+
+}  // namespace esi

@@ -1,0 +1,249 @@
+// esid's side of a worker connection, driven by a worker written with the
+// connector's own C ring and codec over a real socketpair and memfd.
+
+#include "transport/worker_session.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "esi_wire.h"
+
+namespace esi {
+namespace {
+
+struct Received {
+  uint64_t released = 0;
+  bool last = false;
+  std::string assembled;  // verbatim bytes and [include path?args] markers
+};
+
+class TestWorker {
+ public:
+  explicit TestWorker(int socketFd) {
+    char buf[256];
+    alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))];
+    iovec iov{buf, sizeof(buf)};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    welcomeBytes = recvmsg(socketFd, &msg, 0);
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS) return;
+    std::memcpy(fds, CMSG_DATA(cmsg), sizeof(fds));
+    seals = fcntl(fds[0], F_GET_SEALS);
+    struct stat st;
+    fstat(fds[0], &st);
+    mapSize = static_cast<size_t>(st.st_size);
+    map = mmap(nullptr, mapSize, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    auto* header = static_cast<esi_shm_header_t*>(map);
+    auto* base = static_cast<uint8_t*>(map) + ESI_SHM_HEADER_SIZE;
+    esi_ring_attach(&toDaemon, &header->to_daemon, base, header->ring_size);
+    esi_ring_attach(&toWorker, &header->to_worker, base + header->ring_size,
+                    header->ring_size);
+  }
+
+  ~TestWorker() {
+    if (map != nullptr) munmap(map, mapSize);
+    for (int fd : fds) if (fd >= 0) close(fd);
+  }
+
+  void open(uint32_t stream, const std::string& uri, const std::string& authority) {
+    send(stream, ESI_WIRE_REQUEST_OPEN_WHICH, [&](esi_wire_out_t* req) {
+      esi_wire_out_t o;
+      esi_wire_set_struct(req, ESI_WIRE_REQUEST_OPEN_PTR, ESI_WIRE_OPEN_DATA_WORDS,
+                          ESI_WIRE_OPEN_POINTERS, &o);
+      esi_wire_set_text(&o, ESI_WIRE_OPEN_URI_PTR, uri.data(), uri.size());
+      esi_wire_set_text(&o, ESI_WIRE_OPEN_AUTHORITY_PTR, authority.data(), authority.size());
+    });
+  }
+
+  void body(uint32_t stream, const std::string& bytes) {
+    sent_ += bytes;
+    send(stream, ESI_WIRE_REQUEST_BODY_WHICH, [&](esi_wire_out_t* req) {
+      uint8_t* dst = esi_wire_alloc_data(req, ESI_WIRE_REQUEST_BODY_PTR, bytes.size());
+      std::memcpy(dst, bytes.data(), bytes.size());
+    });
+  }
+
+  void end(uint32_t stream) {
+    send(stream, ESI_WIRE_REQUEST_END_WHICH, [](esi_wire_out_t*) {});
+  }
+
+  void raw(const void* payload, uint32_t len) {
+    void* slot = esi_ring_reserve(&toDaemon, len);
+    ASSERT_NE(slot, nullptr);
+    std::memcpy(slot, payload, len);
+    if (esi_ring_commit(&toDaemon, len)) wakeDaemon();
+  }
+
+  // Reads every answer waiting in the ring into received.
+  void drain() {
+    const uint8_t* payload;
+    uint32_t len;
+    while (esi_ring_peek(&toWorker, &payload, &len) == ESI_RING_OK) {
+      esi_wire_msg_t msg;
+      esi_wire_struct_t root, splice, item, include;
+      esi_wire_list_t list;
+      ASSERT_EQ(esi_wire_open(&msg, payload, len, &root), 0);
+      ASSERT_EQ(esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET), ESI_WIRE_RESPONSE_SPLICE_WHICH);
+      ASSERT_EQ(esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_SPLICE_PTR, &splice), 0);
+      received.released = esi_wire_u64(&splice, ESI_WIRE_SPLICE_RELEASED_OFFSET);
+      received.last = esi_wire_bool(&splice, ESI_WIRE_SPLICE_LAST_BIT);
+      ASSERT_EQ(esi_wire_get_list(&splice, ESI_WIRE_SPLICE_INSTRUCTIONS_PTR, &list), 0);
+      for (uint32_t i = 0; i < list.count; ++i) {
+        esi_wire_list_at(&list, i, &item);
+        if (esi_wire_u16(&item, ESI_WIRE_INSTRUCTION_WHICH_OFFSET) == ESI_WIRE_INSTRUCTION_VERBATIM_WHICH) {
+          const uint64_t off = esi_wire_u64(&item, ESI_WIRE_INSTRUCTION_VERBATIM_OFFSET_OFFSET);
+          const uint32_t n = esi_wire_u32(&item, ESI_WIRE_INSTRUCTION_VERBATIM_LENGTH_OFFSET);
+          ASSERT_LE(off + n, sent_.size());
+          received.assembled += sent_.substr(off, n);
+        } else {
+          ASSERT_EQ(esi_wire_get_struct(&item, ESI_WIRE_INSTRUCTION_INCLUDE_PTR, &include), 0);
+          const char *path, *args;
+          size_t plen, alen;
+          ASSERT_EQ(esi_wire_get_text(&include, ESI_WIRE_INCLUDE_PATH_PTR, &path, &plen), 0);
+          ASSERT_EQ(esi_wire_get_text(&include, ESI_WIRE_INCLUDE_ARGS_PTR, &args, &alen), 0);
+          received.assembled += "[" + std::string(path, plen) + "?" + std::string(args, alen) + "]";
+        }
+      }
+      esi_ring_release(&toWorker);
+    }
+  }
+
+  ssize_t welcomeBytes = -1;
+  int fds[3] = {-1, -1, -1};
+  int seals = 0;
+  size_t mapSize = 0;
+  void* map = nullptr;
+  esi_ring_t toDaemon{};
+  esi_ring_t toWorker{};
+  Received received;
+
+ private:
+  template <typename Fill>
+  void send(uint32_t stream, uint16_t which, Fill fill) {
+    std::vector<uint64_t> buf(64 + sent_.size() / 8);
+    esi_wire_builder_t b;
+    esi_wire_builder_init(&b, buf.data(), buf.size() * 8);
+    esi_wire_out_t req;
+    esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS, ESI_WIRE_REQUEST_POINTERS, &req);
+    esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET, stream);
+    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET, which);
+    fill(&req);
+    const size_t len = esi_wire_finish(&b);
+    ASSERT_GT(len, 0u);
+    raw(buf.data(), static_cast<uint32_t>(len));
+  }
+
+  void wakeDaemon() {
+    const uint64_t one = 1;
+    ASSERT_EQ(write(fds[2], &one, sizeof(one)), 8);
+  }
+
+  std::string sent_;
+};
+
+class WorkerSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(uv_loop_init(&loop_), 0);
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets_), 0);
+    session_ = std::make_unique<WorkerSession>(
+        &loop_, sockets_[0], 256 * 1024, stats_,
+        [this](std::string_view reason) { fatal_ = std::string(reason); });
+    ASSERT_TRUE(session_->start());
+    worker_ = std::make_unique<TestWorker>(sockets_[1]);
+  }
+
+  void TearDown() override {
+    worker_.reset();
+    session_.reset();
+    uv_run(&loop_, UV_RUN_NOWAIT);
+    EXPECT_EQ(uv_loop_close(&loop_), 0);
+    close(sockets_[0]);
+    close(sockets_[1]);
+  }
+
+  // Lets esid handle what the worker wrote: the loop runs until the
+  // eventfd wake-up has been served.
+  void serve() {
+    for (int i = 0; i < 100 && uv_run(&loop_, UV_RUN_NOWAIT) != 0; ++i) {
+      if (esi_ring_wait_data(&worker_->toWorker) == 0) break;
+    }
+    worker_->drain();
+  }
+
+  uv_loop_t loop_;
+  int sockets_[2];
+  Stats stats_;
+  std::optional<std::string> fatal_;
+  std::unique_ptr<WorkerSession> session_;
+  std::unique_ptr<TestWorker> worker_;
+};
+
+TEST_F(WorkerSessionTest, WelcomeCarriesSealedRingsOfTheAnnouncedSize) {
+  ASSERT_GT(worker_->welcomeBytes, 0);
+  EXPECT_TRUE(worker_->seals & F_SEAL_SHRINK);
+  EXPECT_TRUE(worker_->seals & F_SEAL_GROW);
+  EXPECT_EQ(worker_->mapSize, esi_shm_size(256 * 1024));
+  EXPECT_EQ(static_cast<esi_shm_header_t*>(worker_->map)->magic, ESI_SHM_MAGIC);
+}
+
+TEST_F(WorkerSessionTest, PageSplitAcrossBodiesIsAnsweredWithSplices) {
+  worker_->open(1, "/shop/index.html", "example.com");
+  worker_->body(1, "<p>a<esi:incl");
+  serve();
+  worker_->body(1, "ude src=\"cart?x=1&amp;y=2\"/>b</p>");
+  worker_->end(1);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_TRUE(worker_->received.last);
+  EXPECT_EQ(worker_->received.assembled, "<p>a[/shop/cart?x=1&y=2]b</p>");
+  EXPECT_EQ(stats_.streams, 1u);
+  EXPECT_EQ(stats_.includes, 1u);
+  EXPECT_EQ(stats_.activeStreams, 0u);
+}
+
+TEST_F(WorkerSessionTest, IncludeOfAnotherAuthorityArrivesWithAnEmptyPath) {
+  worker_->open(3, "/", "example.com");
+  worker_->body(3, "<esi:include src=\"http://evil.example/x\"/>");
+  worker_->end(3);
+  serve();
+  EXPECT_EQ(worker_->received.assembled, "[?]");
+  EXPECT_EQ(stats_.errors, 1u);
+}
+
+TEST_F(WorkerSessionTest, BodyForAStreamNeverOpenedEndsTheSession) {
+  worker_->body(9, "hello");
+  serve();
+  ASSERT_TRUE(fatal_);
+  EXPECT_NE(fatal_->find("not open"), std::string::npos);
+}
+
+TEST_F(WorkerSessionTest, GarbageRecordEndsTheSession) {
+  const uint64_t garbage[4] = {0x0000000500000000ull, ~0ull, ~0ull, ~0ull};
+  worker_->raw(garbage, sizeof(garbage));
+  serve();
+  EXPECT_TRUE(fatal_);
+}
+
+TEST_F(WorkerSessionTest, StreamOpenedTwiceEndsTheSession) {
+  worker_->open(4, "/", "h");
+  worker_->open(4, "/", "h");
+  serve();
+  EXPECT_TRUE(fatal_);
+}
+
+}  // namespace
+}  // namespace esi

@@ -1,0 +1,292 @@
+#include "transport/worker_session.h"
+
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include <capnp/serialize.h>
+#include <spdlog/spdlog.h>
+
+#include "esi.capnp.h"
+
+namespace esi {
+
+namespace {
+
+// Answers queued beyond this stop esid from reading more requests until the
+// worker drains its ring: back-pressure instead of unbounded memory.
+constexpr size_t kMaxPendingAnswers = 256;
+// A splice grows until about this size, then continues in the next message.
+constexpr size_t kSpliceBudgetBytes = 32 * 1024;
+constexpr size_t kMaxStreamsPerWorker = 65536;
+constexpr size_t kMaxOpenFieldBytes = 16 * 1024;
+
+size_t instructionBytes(const Instruction& instruction) {
+  constexpr size_t kFixed = 64;
+  if (auto* call = std::get_if<IncludeCall>(&instruction)) {
+    return kFixed + call->path.size() + call->args.size() +
+           call->altPath.size() + call->altArgs.size();
+  }
+  return kFixed;
+}
+
+}  // namespace
+
+WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
+                             Stats& stats, FatalHandler onFatal)
+    : socketFd_(socketFd), stats_(stats), onFatal_(std::move(onFatal)),
+      rings_(ringSize), poll_(new uv_poll_t) {
+  uv_poll_init(loop, poll_, rings_.daemonEventfd());
+  poll_->data = this;
+  ++stats_.connections;
+  ++stats_.activeConnections;
+}
+
+WorkerSession::~WorkerSession() {
+  shutdown();
+  uv_close(reinterpret_cast<uv_handle_t*>(poll_),
+           [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+  stats_.activeStreams -= streams_.size();
+  --stats_.activeConnections;
+}
+
+bool WorkerSession::start() {
+  capnp::MallocMessageBuilder message;
+  auto welcome = message.initRoot<wire::Welcome>();
+  welcome.setVersion(wire::PROTOCOL_VERSION);
+  welcome.setRingSize(rings_.ringSize());
+  welcome.setDaemonPid(static_cast<uint32_t>(getpid()));
+  kj::Array<capnp::word> bytes = capnp::messageToFlatArray(message);
+
+  int fds[3] = {rings_.memfd(), rings_.workerEventfd(), rings_.daemonEventfd()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
+  iovec iov{bytes.begin(), bytes.size() * sizeof(capnp::word)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(fds));
+  std::memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
+
+  // The socket is otherwise idle, so a short message goes out whole or not
+  // at all.
+  if (sendmsg(socketFd_, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(iov.iov_len)) {
+    spdlog::warn("worker connection: cannot send the rings: {}", std::strerror(errno));
+    return false;
+  }
+  uv_poll_start(poll_, UV_READABLE, onPoll);
+  return true;
+}
+
+void WorkerSession::shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  uv_poll_stop(poll_);
+}
+
+void WorkerSession::onPoll(uv_poll_t* handle, int status, int) {
+  auto* self = static_cast<WorkerSession*>(handle->data);
+  if (status < 0) {
+    self->violation(uv_strerror(status));
+    return;
+  }
+  self->rings_.clearWakeups();
+  self->serve();
+}
+
+void WorkerSession::serve() {
+  while (!stopped_) {
+    flushPending();
+    if (!drainRequests()) return;
+    if (!pending_.empty()) {
+      // Wait for the worker to free space for the oldest answer.
+      const uint32_t need = static_cast<uint32_t>(pending_.front().size() * sizeof(capnp::word));
+      if (esi_ring_wait_space(&rings_.responses(), need)) return;
+      continue;
+    }
+    if (esi_ring_wait_data(&rings_.requests())) return;
+  }
+}
+
+bool WorkerSession::drainRequests() {
+  while (!stopped_ && pending_.size() < kMaxPendingAnswers) {
+    const uint8_t* payload;
+    uint32_t length;
+    switch (esi_ring_peek(&rings_.requests(), &payload, &length)) {
+      case ESI_RING_EMPTY:
+        return true;
+      case ESI_RING_CORRUPT:
+        violation("corrupt request ring");
+        return false;
+      case ESI_RING_OK:
+        break;
+    }
+    if (!handleRequest(payload, length)) return false;
+    if (esi_ring_release(&rings_.requests())) rings_.wakeWorker();
+  }
+  return !stopped_;
+}
+
+bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length) {
+  if (length % sizeof(capnp::word) != 0) {
+    violation("request length is not a whole number of words");
+    return false;
+  }
+  try {
+    kj::ArrayPtr<const capnp::word> words(
+        reinterpret_cast<const capnp::word*>(payload), length / sizeof(capnp::word));
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = words.size() * 2 + 64;
+    options.nestingLimit = 8;
+    capnp::FlatArrayMessageReader reader(words, options);
+    auto request = reader.getRoot<wire::Request>();
+    const uint32_t id = request.getStream();
+
+    switch (request.which()) {
+      case wire::Request::OPEN: {
+        auto open = request.getOpen();
+        auto uri = open.getUri();
+        auto authority = open.getAuthority();
+        if (uri.size() > kMaxOpenFieldBytes || authority.size() > kMaxOpenFieldBytes) {
+          violation("open: uri or authority too long");
+          return false;
+        }
+        if (streams_.size() >= kMaxStreamsPerWorker) {
+          violation("too many open streams");
+          return false;
+        }
+        auto [it, fresh] = streams_.try_emplace(id);
+        if (!fresh) {
+          violation("stream opened twice");
+          return false;
+        }
+        it->second.stream = std::make_unique<Stream>(
+            std::string(uri.cStr(), uri.size()),
+            std::string(authority.cStr(), authority.size()), stats_);
+        ++stats_.streams;
+        ++stats_.activeStreams;
+        return true;
+      }
+      case wire::Request::BODY: {
+        auto it = streams_.find(id);
+        if (it == streams_.end()) {
+          violation("body for a stream that is not open");
+          return false;
+        }
+        auto body = request.getBody();
+        it->second.stream->feed(std::string_view(
+            reinterpret_cast<const char*>(body.begin()), body.size()));
+        sendSplice(id, it->second, false);
+        return true;
+      }
+      case wire::Request::END: {
+        auto it = streams_.find(id);
+        if (it == streams_.end()) {
+          violation("end of a stream that is not open");
+          return false;
+        }
+        it->second.stream->finish();
+        sendSplice(id, it->second, true);
+        streams_.erase(it);
+        --stats_.activeStreams;
+        return true;
+      }
+      case wire::Request::CANCEL:
+        stats_.activeStreams -= streams_.erase(id);
+        return true;
+    }
+    violation("unknown request");
+    return false;
+  } catch (const kj::Exception& e) {
+    violation(e.getDescription().cStr());
+    return false;
+  }
+}
+
+void WorkerSession::sendSplice(uint32_t id, StreamEntry& entry, bool last) {
+  std::vector<Instruction> instructions = entry.stream->takeInstructions();
+  size_t next = 0;
+  do {
+    size_t count = 0;
+    for (size_t bytes = 0; next + count < instructions.size() && bytes < kSpliceBudgetBytes; ++count) {
+      bytes += instructionBytes(instructions[next + count]);
+    }
+    const bool final = next + count == instructions.size();
+    if (final) entry.releasedSent = entry.stream->released();
+
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<wire::Response>();
+    response.setStream(id);
+    auto splice = response.initSplice();
+    splice.setReleased(entry.releasedSent);
+    splice.setLast(last && final);
+    auto list = splice.initInstructions(static_cast<unsigned>(count));
+    for (size_t i = 0; i < count; ++i) {
+      const Instruction& instruction = instructions[next + i];
+      if (auto* run = std::get_if<VerbatimRun>(&instruction)) {
+        auto verbatim = list[i].initVerbatim();
+        verbatim.setOffset(run->offset);
+        verbatim.setLength(run->length);
+      } else {
+        const auto& call = std::get<IncludeCall>(instruction);
+        auto include = list[i].initInclude();
+        include.setPath(call.path);
+        include.setArgs(call.args);
+        include.setAltPath(call.altPath);
+        include.setAltArgs(call.altArgs);
+        include.setContinueOnError(call.continueOnError);
+      }
+    }
+    send(message);
+    next += count;
+  } while (next < instructions.size());
+}
+
+void WorkerSession::send(capnp::MessageBuilder& message) {
+  kj::Array<capnp::word> bytes;
+  if (message.getSegmentsForOutput().size() == 1) {
+    bytes = capnp::messageToFlatArray(message);
+  } else {
+    // The worker reads single-segment messages only: copy into one segment
+    // large enough for everything.
+    capnp::MallocMessageBuilder single(capnp::computeSerializedSizeInWords(message) + 16);
+    single.setRoot(message.getRoot<wire::Response>().asReader());
+    bytes = capnp::messageToFlatArray(single);
+  }
+  pending_.push_back(std::move(bytes));
+  flushPending();
+}
+
+void WorkerSession::flushPending() {
+  esi_ring_t& ring = rings_.responses();
+  while (!pending_.empty()) {
+    const kj::Array<capnp::word>& bytes = pending_.front();
+    const uint32_t length = static_cast<uint32_t>(bytes.size() * sizeof(capnp::word));
+    if (length > esi_ring_max_payload(&ring)) {
+      violation("an answer does not fit the ring");
+      return;
+    }
+    void* slot = esi_ring_reserve(&ring, length);
+    if (slot == nullptr) {
+      ++stats_.ringFull;
+      return;
+    }
+    std::memcpy(slot, bytes.begin(), length);
+    if (esi_ring_commit(&ring, length)) rings_.wakeWorker();
+    pending_.pop_front();
+  }
+}
+
+void WorkerSession::violation(std::string_view reason) {
+  if (stopped_) return;
+  ++stats_.errors;
+  spdlog::error("worker connection: {}; closing it", reason);
+  shutdown();
+  onFatal_(reason);
+}
+
+}  // namespace esi

@@ -1,0 +1,69 @@
+// One NGINX worker's connection: its rings, its streams, and the loop that
+// answers every request record with splice instructions.
+
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <capnp/message.h>
+#include <kj/array.h>
+
+#include "engine/stats.h"
+#include "engine/stream.h"
+#include "transport/shared_rings.h"
+
+namespace esi {
+
+class WorkerSession {
+ public:
+  // Called when the session must end: a protocol violation or a broken ring.
+  using FatalHandler = std::function<void(std::string_view reason)>;
+
+  // Throws std::system_error when the rings cannot be created.
+  WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize, Stats& stats,
+                FatalHandler onFatal);
+  ~WorkerSession();
+  WorkerSession(const WorkerSession&) = delete;
+  WorkerSession& operator=(const WorkerSession&) = delete;
+
+  // Sends the Welcome with the ring fds and starts serving.  False when the
+  // socket would not take it.
+  bool start();
+
+  // Stops serving; the session may be destroyed afterwards.
+  void shutdown();
+
+ private:
+  struct StreamEntry {
+    std::unique_ptr<Stream> stream;
+    uint64_t releasedSent = 0;
+  };
+
+  static void onPoll(uv_poll_t* handle, int status, int events);
+  void serve();
+  bool drainRequests();
+  bool handleRequest(const uint8_t* payload, uint32_t length);
+  void sendSplice(uint32_t id, StreamEntry& entry, bool last);
+  void send(capnp::MessageBuilder& message);
+  void flushPending();
+  void violation(std::string_view reason);
+
+  const int socketFd_;
+  Stats& stats_;
+  FatalHandler onFatal_;
+  SharedRings rings_;
+  uv_poll_t* poll_;
+  bool stopped_ = false;
+  std::unordered_map<uint32_t, StreamEntry> streams_;
+  std::deque<kj::Array<capnp::word>> pending_;
+};
+
+}  // namespace esi
