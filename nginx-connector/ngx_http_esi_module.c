@@ -1,0 +1,2811 @@
+
+/*
+ * Copyright (C) The ESI project authors
+ *
+ * ESI for NGINX: the response body is streamed to esid through a shared
+ * ring; esid answers with splice instructions that this filter executes:
+ * verbatim runs are emitted as buffers pointing into the held input, and
+ * includes become subrequests.  The wire protocol is proto/README.md.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <sys/mman.h>
+
+#include <esi/ring.h>
+#include "esi_wire.h"
+
+
+/* r->buffered has four bits, all taken; this one is the image filter's */
+#define NGX_HTTP_ESI_BUFFERED          0x08
+
+#define NGX_HTTP_ESI_PASSTHROUGH       0
+#define NGX_HTTP_ESI_ABORT             1
+
+#define NGX_HTTP_ESI_STATUS_NONE       0
+#define NGX_HTTP_ESI_STATUS_PROCESSED  1
+#define NGX_HTTP_ESI_STATUS_PASSTHROUGH  2
+#define NGX_HTTP_ESI_STATUS_ABORTED    3
+
+#define NGX_HTTP_ESI_IDLE              0
+#define NGX_HTTP_ESI_CONNECTING        1
+#define NGX_HTTP_ESI_READY             2
+
+#define NGX_HTTP_ESI_VERBATIM          0
+#define NGX_HTTP_ESI_INCLUDE           1
+#define NGX_HTTP_ESI_SPLICE            2
+
+#define NGX_HTTP_ESI_BACKOFF_MIN       100
+#define NGX_HTTP_ESI_BACKOFF_MAX       1000
+#define NGX_HTTP_ESI_WELCOME_WORDS     32
+#define NGX_HTTP_ESI_DRAIN_BATCH       1024
+
+
+typedef struct {
+    ngx_str_t                  daemon;
+    ngx_url_t                  url;
+    ngx_msec_t                 timeout;
+    ngx_flag_t                 used;
+} ngx_http_esi_main_conf_t;
+
+
+typedef struct {
+    ngx_flag_t                 enable;
+    ngx_flag_t                 silent_errors;
+    ngx_uint_t                 fallback;
+    size_t                     buffer_size;
+    ngx_int_t                  max_depth;
+
+    ngx_hash_t                 types;
+    ngx_array_t               *types_keys;
+} ngx_http_esi_loc_conf_t;
+
+
+typedef struct ngx_http_esi_held_s  ngx_http_esi_held_t;
+
+struct ngx_http_esi_held_s {
+    ngx_buf_t                 *buf;         /* an input buffer, not a copy */
+    u_char                    *start;       /* its pos when it arrived */
+    off_t                      offset;      /* stream offset of start */
+    off_t                      end;
+    ngx_uint_t                 refs;        /* output bufs pointing into it */
+    ngx_http_esi_held_t       *next;
+};
+
+
+typedef struct ngx_http_esi_insn_s  ngx_http_esi_insn_t;
+
+struct ngx_http_esi_insn_s {
+    ngx_uint_t                 type;
+    off_t                      offset;      /* verbatim start, or released */
+    size_t                     length;
+    ngx_str_t                  path;
+    ngx_str_t                  args;
+    ngx_str_t                  alt_path;
+    ngx_str_t                  alt_args;
+    unsigned                   continue_on_error:1;
+    unsigned                   last:1;
+    ngx_http_esi_insn_t       *next;
+};
+
+
+typedef struct {
+    ngx_rbtree_node_t          node;        /* key: the stream id */
+    ngx_queue_t                tx_link;     /* waiting to write the ring */
+    ngx_queue_t                wake_link;   /* waiting to run its output */
+
+    ngx_http_request_t        *request;
+    ngx_uint_t                 depth;
+    ngx_uint_t                 status;
+
+    ngx_http_esi_held_t       *held;
+    ngx_http_esi_held_t      **last_held;
+    ngx_http_esi_held_t       *free_held;
+    ngx_http_esi_held_t       *send_held;   /* holds the byte at "sent" */
+
+    off_t                      received;    /* bytes held so far */
+    off_t                      sent;        /* bytes copied into the ring */
+    off_t                      released;    /* as of executed splices */
+    off_t                      verbatim_end;
+    off_t                      rx_released; /* as of received splices */
+    off_t                      rx_verbatim_end;
+    ngx_uint_t                 awaiting;    /* messages esid owes answers */
+
+    ngx_http_esi_insn_t       *insns;
+    ngx_http_esi_insn_t      **last_insn;
+    ngx_http_esi_insn_t       *free_insns;
+
+    ngx_http_request_t        *wait;        /* sequential include */
+    ngx_http_esi_insn_t       *wait_insn;
+
+    ngx_chain_t               *out;
+    ngx_chain_t              **last_out;
+    ngx_chain_t               *busy;
+    ngx_chain_t               *free;
+
+    ngx_event_t                timer;
+    ngx_event_t                resume;
+
+    unsigned                   stream:1;    /* this body goes to esid */
+    unsigned                   fragment:1;  /* a sequential include */
+    unsigned                   discard:1;   /* ... that failed */
+    unsigned                   in_table:1;
+    unsigned                   tx_queued:1;
+    unsigned                   wake_queued:1;
+    unsigned                   open_sent:1;
+    unsigned                   input_done:1;
+    unsigned                   end_sent:1;
+    unsigned                   last:1;      /* esid has said everything */
+    unsigned                   done:1;      /* the final buf went out */
+    unsigned                   failed:1;    /* esi_fallback is due */
+    unsigned                   fallen:1;    /* esi_fallback was applied */
+    unsigned                   wait_alt:1;
+    unsigned                   wait_failed:1;
+} ngx_http_esi_ctx_t;
+
+
+typedef struct {
+    ngx_http_esi_main_conf_t  *conf;
+    ngx_log_t                 *log;
+    ngx_uint_t                 state;
+
+    ngx_connection_t          *conn;        /* the Unix socket */
+    ngx_connection_t          *notify;      /* our eventfd */
+    ngx_fd_t                   daemon_fd;   /* esid's eventfd */
+    u_char                    *shm;
+    size_t                     shm_size;
+    esi_ring_t                 tx;
+    esi_ring_t                 rx;
+    uint32_t                   need;        /* bytes the tx ring lacks */
+    unsigned                   kick:1;
+
+    ngx_pool_t                *pool;
+    ngx_array_t               *cancels;     /* of uint32_t */
+
+    uint32_t                   next_id;
+    ngx_rbtree_t               streams;
+    ngx_rbtree_node_t          sentinel;
+    ngx_queue_t                tx_wait;
+    ngx_queue_t                wake;
+
+    ngx_event_t                reconnect;
+    ngx_event_t                wake_event;
+    ngx_msec_t                 backoff;
+    ngx_uint_t                 failures;
+
+    uint64_t                   hello[4];
+    size_t                     hello_sent;
+    uint64_t                   welcome[NGX_HTTP_ESI_WELCOME_WORDS];
+    size_t                     welcome_len;
+    int                        fds[3];
+    ngx_uint_t                 nfds;
+} ngx_http_esi_daemon_t;
+
+
+static ngx_int_t ngx_http_esi_init_process(ngx_cycle_t *cycle);
+static void ngx_http_esi_exit_process(ngx_cycle_t *cycle);
+static void ngx_http_esi_connect(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_reconnect_handler(ngx_event_t *ev);
+static void ngx_http_esi_hello_handler(ngx_event_t *wev);
+static void ngx_http_esi_socket_handler(ngx_event_t *rev);
+static ngx_int_t ngx_http_esi_read_welcome(ngx_http_esi_daemon_t *d);
+static ngx_int_t ngx_http_esi_attach(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
+    const char *reason);
+static void ngx_http_esi_close(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_notify_handler(ngx_event_t *rev);
+static ngx_int_t ngx_http_esi_response(ngx_http_esi_daemon_t *d,
+    const uint8_t *p, uint32_t len);
+static ngx_int_t ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx,
+    esi_wire_struct_t *root);
+static ngx_int_t ngx_http_esi_wire_str(ngx_http_request_t *r,
+    esi_wire_struct_t *s, unsigned ptr, ngx_str_t *str, ngx_uint_t is_path);
+static void ngx_http_esi_flush(ngx_http_esi_daemon_t *d);
+static ngx_int_t ngx_http_esi_send(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_ctx_t *ctx);
+static void *ngx_http_esi_reserve(ngx_http_esi_daemon_t *d, size_t need);
+static void ngx_http_esi_commit(ngx_http_esi_daemon_t *d, size_t len);
+static ngx_int_t ngx_http_esi_send_short(ngx_http_esi_daemon_t *d,
+    uint32_t id, uint16_t which);
+static void ngx_http_esi_cancel(ngx_http_esi_daemon_t *d, uint32_t id);
+static ngx_http_esi_ctx_t *ngx_http_esi_lookup(ngx_http_esi_daemon_t *d,
+    uint32_t id);
+static void ngx_http_esi_unlink(ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_fail(ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_forget(ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_schedule(ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_timer(ngx_http_esi_ctx_t *ctx, ngx_uint_t reset);
+static void ngx_http_esi_timeout_handler(ngx_event_t *ev);
+static void ngx_http_esi_wake_handler(ngx_event_t *ev);
+static void ngx_http_esi_resume_handler(ngx_event_t *ev);
+static void ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx);
+
+static ngx_int_t ngx_http_esi_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_esi_open(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_cleanup(void *data);
+static ngx_int_t ngx_http_esi_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static ngx_int_t ngx_http_esi_hold(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
+static ngx_int_t ngx_http_esi_process(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
+static ngx_int_t ngx_http_esi_execute(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_verbatim(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, off_t offset, off_t end);
+static ngx_int_t ngx_http_esi_include(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_http_esi_insn_t *insn, ngx_uint_t alt);
+static ngx_int_t ngx_http_esi_include_failed(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_http_esi_insn_t *insn, ngx_uint_t alt);
+static ngx_int_t ngx_http_esi_include_done(ngx_http_request_t *r,
+    void *data, ngx_int_t rc);
+static ngx_int_t ngx_http_esi_fallback(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_final(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static ngx_chain_t *ngx_http_esi_link(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_output(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
+
+static ngx_int_t ngx_http_esi_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_esi_add_variables(ngx_conf_t *cf);
+static void *ngx_http_esi_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_esi_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static ngx_int_t ngx_http_esi_filter_init(ngx_conf_t *cf);
+
+
+static ngx_conf_enum_t  ngx_http_esi_fallback_modes[] = {
+    { ngx_string("passthrough"), NGX_HTTP_ESI_PASSTHROUGH },
+    { ngx_string("abort"), NGX_HTTP_ESI_ABORT },
+    { ngx_null_string, 0 }
+};
+
+
+static ngx_command_t  ngx_http_esi_filter_commands[] = {
+
+    { ngx_string("esi"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_HTTP_LIF_CONF
+                        |NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, enable),
+      NULL },
+
+    { ngx_string("esi_types"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_types_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, types_keys),
+      &ngx_http_html_default_types[0] },
+
+    { ngx_string("esi_silent_errors"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, silent_errors),
+      NULL },
+
+    { ngx_string("esi_buffer_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, buffer_size),
+      NULL },
+
+    { ngx_string("esi_max_depth"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, max_depth),
+      NULL },
+
+    { ngx_string("esi_fallback"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, fallback),
+      &ngx_http_esi_fallback_modes },
+
+    { ngx_string("esi_daemon"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_main_conf_t, daemon),
+      NULL },
+
+    { ngx_string("esi_daemon_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_main_conf_t, timeout),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_esi_module_ctx = {
+    ngx_http_esi_add_variables,            /* preconfiguration */
+    ngx_http_esi_filter_init,              /* postconfiguration */
+
+    ngx_http_esi_create_main_conf,         /* create main configuration */
+    ngx_http_esi_init_main_conf,           /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_esi_create_loc_conf,          /* create location configuration */
+    ngx_http_esi_merge_loc_conf            /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_esi_module = {
+    NGX_MODULE_V1,
+    &ngx_http_esi_module_ctx,              /* module context */
+    ngx_http_esi_filter_commands,          /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_esi_init_process,             /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_esi_exit_process,             /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+static ngx_http_esi_daemon_t  ngx_http_esi_daemon;
+
+static u_char  ngx_http_esi_error_marker[] = "<!-- ESI include error -->";
+
+static ngx_str_t  ngx_http_esi_status_names[] = {
+    ngx_null_string,
+    ngx_string("processed"),
+    ngx_string("passthrough"),
+    ngx_string("aborted")
+};
+
+
+static ngx_http_variable_t  ngx_http_esi_vars[] = {
+
+    { ngx_string("esi_status"), NULL, ngx_http_esi_status_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+/* the per-worker connection to esid */
+
+static ngx_int_t
+ngx_http_esi_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_esi_daemon_t     *d;
+    ngx_http_conf_ctx_t       *hctx;
+    ngx_http_esi_main_conf_t  *emcf;
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
+    hctx = (ngx_http_conf_ctx_t *) ngx_get_conf(cycle->conf_ctx,
+                                                ngx_http_module);
+    if (hctx == NULL) {
+        return NGX_OK;
+    }
+
+    emcf = hctx->main_conf[ngx_http_esi_module.ctx_index];
+
+    if (!emcf->used) {
+        return NGX_OK;
+    }
+
+    d = &ngx_http_esi_daemon;
+
+    d->conf = emcf;
+    d->log = cycle->log;
+    d->daemon_fd = -1;
+    d->backoff = NGX_HTTP_ESI_BACKOFF_MIN;
+
+    ngx_rbtree_init(&d->streams, &d->sentinel, ngx_rbtree_insert_value);
+    ngx_queue_init(&d->tx_wait);
+    ngx_queue_init(&d->wake);
+
+    d->reconnect.handler = ngx_http_esi_reconnect_handler;
+    d->reconnect.log = cycle->log;
+    d->reconnect.data = d;
+    d->reconnect.cancelable = 1;
+
+    d->wake_event.handler = ngx_http_esi_wake_handler;
+    d->wake_event.log = cycle->log;
+    d->wake_event.data = d;
+
+    ngx_http_esi_connect(d);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_esi_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
+
+    if (d->conf == NULL) {
+        return;
+    }
+
+    ngx_http_esi_close(d);
+
+    if (d->reconnect.timer_set) {
+        ngx_del_timer(&d->reconnect);
+    }
+}
+
+
+static void
+ngx_http_esi_connect(ngx_http_esi_daemon_t *d)
+{
+    ngx_err_t          err;
+    ngx_uint_t         level;
+    ngx_socket_t       s;
+    ngx_connection_t  *c;
+    esi_wire_out_t     hello;
+    esi_wire_builder_t  b;
+
+    d->pool = ngx_create_pool(1024, d->log);
+    if (d->pool == NULL) {
+        goto failed;
+    }
+
+    d->cancels = ngx_array_create(d->pool, 16, sizeof(uint32_t));
+    if (d->cancels == NULL) {
+        goto failed;
+    }
+
+    s = ngx_socket(AF_UNIX, SOCK_STREAM, 0);
+
+    if (s == (ngx_socket_t) -1) {
+        ngx_log_error(NGX_LOG_ALERT, d->log, ngx_socket_errno,
+                      ngx_socket_n " failed");
+        goto failed;
+    }
+
+    c = ngx_get_connection(s, d->log);
+
+    if (c == NULL) {
+        ngx_close_socket(s);
+        goto failed;
+    }
+
+    d->conn = c;
+
+    if (ngx_nonblocking(s) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, d->log, ngx_socket_errno,
+                      ngx_nonblocking_n " failed");
+        goto failed;
+    }
+
+    if (connect(s, d->conf->url.addrs[0].sockaddr,
+                d->conf->url.addrs[0].socklen)
+        == -1)
+    {
+        /* AF_UNIX connects at once: EAGAIN means a full backlog */
+
+        err = ngx_socket_errno;
+        level = d->failures++ ? NGX_LOG_DEBUG : NGX_LOG_WARN;
+
+        ngx_log_error(level, d->log, err,
+                      "esi: connect() to %V failed", &d->conf->daemon);
+        goto failed;
+    }
+
+    esi_wire_builder_init(&b, d->hello, sizeof(d->hello));
+
+    if (esi_wire_root(&b, ESI_WIRE_HELLO_DATA_WORDS, ESI_WIRE_HELLO_POINTERS,
+                      &hello)
+        != 0)
+    {
+        goto failed;
+    }
+
+    esi_wire_set_u32(&hello, ESI_WIRE_HELLO_VERSION_OFFSET,
+                     ESI_WIRE_PROTOCOL_VERSION);
+    esi_wire_set_u16(&hello, ESI_WIRE_HELLO_WHICH_OFFSET,
+                     ESI_WIRE_HELLO_ATTACH_WHICH);
+
+    d->hello_sent = 0;
+    d->welcome_len = 0;
+    d->nfds = 0;
+    d->next_id = 1;
+    d->state = NGX_HTTP_ESI_CONNECTING;
+
+    c->read->handler = ngx_http_esi_socket_handler;
+    c->write->handler = ngx_http_esi_hello_handler;
+    c->read->cancelable = 1;
+
+    if (esi_wire_finish(&b) != sizeof(d->hello)
+        || ngx_handle_read_event(c->read, 0) != NGX_OK)
+    {
+        goto failed;
+    }
+
+    ngx_add_timer(c->read, d->conf->timeout);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, d->log, 0,
+                   "esi: connected to %V", &d->conf->daemon);
+
+    ngx_http_esi_hello_handler(c->write);
+
+    return;
+
+failed:
+
+    ngx_http_esi_drop(d, NGX_LOG_DEBUG, NULL);
+}
+
+
+static void
+ngx_http_esi_reconnect_handler(ngx_event_t *ev)
+{
+    if (ngx_exiting || ngx_terminate || ngx_quit) {
+        return;
+    }
+
+    ngx_http_esi_connect(ev->data);
+}
+
+
+static void
+ngx_http_esi_hello_handler(ngx_event_t *wev)
+{
+    ssize_t                 n;
+    ngx_connection_t       *c;
+    ngx_http_esi_daemon_t  *d;
+
+    c = wev->data;
+    d = &ngx_http_esi_daemon;
+
+    if (d->state != NGX_HTTP_ESI_CONNECTING
+        || d->hello_sent == sizeof(d->hello))
+    {
+        return;
+    }
+
+    n = c->send(c, (u_char *) d->hello + d->hello_sent,
+                sizeof(d->hello) - d->hello_sent);
+
+    if (n == NGX_ERROR) {
+        ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: cannot send hello to esid");
+        return;
+    }
+
+    if (n > 0) {
+        d->hello_sent += n;
+    }
+
+    if (d->hello_sent < sizeof(d->hello)
+        && ngx_handle_write_event(wev, 0) != NGX_OK)
+    {
+        ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: cannot wait to write");
+    }
+}
+
+
+static void
+ngx_http_esi_socket_handler(ngx_event_t *rev)
+{
+    u_char                  byte;
+    ssize_t                 n;
+    ngx_err_t               err;
+    ngx_connection_t       *c;
+    ngx_http_esi_daemon_t  *d;
+
+    c = rev->data;
+    d = &ngx_http_esi_daemon;
+
+    if (rev->timedout) {
+        ngx_http_esi_drop(d, NGX_LOG_ERR,
+                          "esi: esid did not answer hello in time");
+        return;
+    }
+
+    if (d->state == NGX_HTTP_ESI_CONNECTING) {
+
+        switch (ngx_http_esi_read_welcome(d)) {
+
+        case NGX_AGAIN:
+            if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+                ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: cannot wait to read");
+            }
+            return;
+
+        case NGX_OK:
+            if (ngx_http_esi_attach(d) == NGX_OK) {
+                return;
+            }
+
+            /* fall through */
+
+        default:
+            ngx_http_esi_drop(d, NGX_LOG_ERR, NULL);
+            return;
+        }
+    }
+
+    /* nothing but EOF travels on the socket once attached */
+
+    n = recv(c->fd, &byte, 1, 0);
+
+    if (n == -1) {
+        err = ngx_socket_errno;
+
+        if (err == NGX_EAGAIN || err == NGX_EINTR) {
+            if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+                ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: cannot wait to read");
+            }
+            return;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, d->log, err, "esi: recv() failed");
+        ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: connection to esid failed");
+        return;
+    }
+
+    ngx_http_esi_drop(d, NGX_LOG_ERR,
+                      n == 0 ? "esi: esid closed the connection"
+                             : "esi: esid sent data on the socket");
+}
+
+
+static ngx_int_t
+ngx_http_esi_read_welcome(ngx_http_esi_daemon_t *d)
+{
+    int             *fd;
+    size_t           total;
+    ssize_t          n;
+    uint32_t         table[2];
+    ngx_err_t        err;
+    ngx_uint_t       i, nfd;
+    struct iovec     iov;
+    struct msghdr    msg;
+    struct cmsghdr  *cmsg;
+    union {
+        struct cmsghdr  cm;
+        u_char          space[CMSG_SPACE(4 * sizeof(int))];
+    } cmsgbuf;
+
+    for ( ;; ) {
+        iov.iov_base = (u_char *) d->welcome + d->welcome_len;
+        iov.iov_len = sizeof(d->welcome) - d->welcome_len;
+
+        ngx_memzero(&msg, sizeof(struct msghdr));
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = &cmsgbuf;
+        msg.msg_controllen = sizeof(cmsgbuf);
+
+        n = recvmsg(d->conn->fd, &msg, MSG_CMSG_CLOEXEC);
+
+        if (n == -1) {
+            err = ngx_socket_errno;
+
+            if (err == NGX_EAGAIN) {
+                return NGX_AGAIN;
+            }
+
+            if (err == NGX_EINTR) {
+                continue;
+            }
+
+            ngx_log_error(NGX_LOG_ERR, d->log, err, "esi: recvmsg() failed");
+            return NGX_ERROR;
+        }
+
+        for (cmsg = CMSG_FIRSTHDR(&msg);
+             cmsg != NULL;
+             cmsg = CMSG_NXTHDR(&msg, cmsg))
+        {
+            if (cmsg->cmsg_level != SOL_SOCKET
+                || cmsg->cmsg_type != SCM_RIGHTS)
+            {
+                continue;
+            }
+
+            fd = (int *) CMSG_DATA(cmsg);
+            nfd = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+            for (i = 0; i < nfd; i++) {
+                if (d->nfds < 3) {
+                    d->fds[d->nfds++] = fd[i];
+
+                } else {
+                    close(fd[i]);
+                    d->nfds++;
+                }
+            }
+        }
+
+        if (msg.msg_flags & MSG_CTRUNC) {
+            ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                          "esi: welcome carried too many descriptors");
+            return NGX_ERROR;
+        }
+
+        if (n == 0) {
+            ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                          "esi: esid closed the connection before welcome");
+            return NGX_ERROR;
+        }
+
+        d->welcome_len += n;
+
+        if (d->welcome_len < 8) {
+            continue;
+        }
+
+        ngx_memcpy(table, d->welcome, 8);
+
+        if (table[0] != 0 || table[1] >= NGX_HTTP_ESI_WELCOME_WORDS) {
+            ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                          "esi: malformed welcome from esid");
+            return NGX_ERROR;
+        }
+
+        total = 8 + (size_t) table[1] * 8;
+
+        if (d->welcome_len > total) {
+            ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                          "esi: esid sent more than a welcome");
+            return NGX_ERROR;
+        }
+
+        if (d->welcome_len == total) {
+            return NGX_OK;
+        }
+    }
+}
+
+
+static ngx_int_t
+ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
+{
+    int                 seals;
+    u_char             *shm;
+    uint32_t            version, ring_size, pid;
+    ngx_connection_t   *c;
+    esi_shm_header_t   *hdr;
+    esi_wire_msg_t      msg;
+    esi_wire_struct_t   root;
+    struct stat         st;
+
+    if (esi_wire_open(&msg, d->welcome, d->welcome_len, &root) != 0) {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: malformed welcome from esid");
+        return NGX_ERROR;
+    }
+
+    version = esi_wire_u32(&root, ESI_WIRE_WELCOME_VERSION_OFFSET);
+    ring_size = esi_wire_u32(&root, ESI_WIRE_WELCOME_RING_SIZE_OFFSET);
+    pid = esi_wire_u32(&root, ESI_WIRE_WELCOME_DAEMON_PID_OFFSET);
+
+    if (version != ESI_WIRE_PROTOCOL_VERSION) {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: esid speaks protocol %uD, we speak %uD",
+                      version, (uint32_t) ESI_WIRE_PROTOCOL_VERSION);
+        return NGX_ERROR;
+    }
+
+    if (d->nfds != 3 || !esi_ring_size_valid(ring_size)) {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: invalid welcome from esid: %ui descriptors, "
+                      "ring size %uD", d->nfds, ring_size);
+        return NGX_ERROR;
+    }
+
+    seals = fcntl(d->fds[0], F_GET_SEALS);
+
+    if (seals == -1
+        || (seals & (F_SEAL_SHRINK|F_SEAL_GROW))
+           != (F_SEAL_SHRINK|F_SEAL_GROW))
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                      "esi: the shared memory from esid is not sealed");
+        return NGX_ERROR;
+    }
+
+    if (fstat(d->fds[0], &st) == -1
+        || (size_t) st.st_size != esi_shm_size(ring_size))
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                      "esi: the shared memory from esid has the wrong size");
+        return NGX_ERROR;
+    }
+
+    d->shm_size = esi_shm_size(ring_size);
+
+    shm = mmap(NULL, d->shm_size, PROT_READ|PROT_WRITE, MAP_SHARED,
+               d->fds[0], 0);
+
+    if (shm == MAP_FAILED) {
+        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                      "esi: mmap() of the shared memory failed");
+        return NGX_ERROR;
+    }
+
+    d->shm = shm;
+    hdr = (esi_shm_header_t *) shm;
+
+    if (hdr->magic != ESI_SHM_MAGIC
+        || hdr->version != ESI_WIRE_PROTOCOL_VERSION
+        || hdr->ring_size != ring_size)
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: corrupt shared memory header from esid");
+        return NGX_ERROR;
+    }
+
+    esi_ring_attach(&d->tx, &hdr->to_daemon, shm + ESI_SHM_HEADER_SIZE,
+                    ring_size);
+    esi_ring_attach(&d->rx, &hdr->to_worker,
+                    shm + ESI_SHM_HEADER_SIZE + ring_size, ring_size);
+
+    close(d->fds[0]);
+    d->fds[0] = -1;
+
+    c = ngx_get_connection(d->fds[1], d->log);
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    d->notify = c;
+    d->fds[1] = -1;
+    d->daemon_fd = d->fds[2];
+    d->fds[2] = -1;
+    d->nfds = 0;
+
+    if (ngx_nonblocking(c->fd) == -1 || ngx_nonblocking(d->daemon_fd) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, d->log, ngx_errno,
+                      ngx_nonblocking_n " failed");
+        return NGX_ERROR;
+    }
+
+    c->read->handler = ngx_http_esi_notify_handler;
+    c->read->log = d->log;
+    c->write->log = d->log;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (d->conn->read->timer_set) {
+        ngx_del_timer(d->conn->read);
+    }
+
+    d->state = NGX_HTTP_ESI_READY;
+    d->backoff = NGX_HTTP_ESI_BACKOFF_MIN;
+    d->failures = 0;
+
+    ngx_log_error(NGX_LOG_INFO, d->log, 0,
+                  "esi: attached to esid pid %uD, ring %uD bytes",
+                  pid, ring_size);
+
+    ngx_http_esi_flush(d);
+
+    /* esid may have written before we watched the eventfd */
+    ngx_post_event(c->read, &ngx_posted_events);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_esi_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
+    const char *reason)
+{
+    ngx_rbtree_node_t   *node;
+    ngx_http_esi_ctx_t  *ctx;
+
+    if (reason) {
+        ngx_log_error(level, d->log, 0, "%s, esi streams fall back", reason);
+    }
+
+    ngx_http_esi_close(d);
+
+    while (d->streams.root != d->streams.sentinel) {
+        node = ngx_rbtree_min(d->streams.root, d->streams.sentinel);
+        ctx = (ngx_http_esi_ctx_t *) node;
+
+        ngx_http_esi_unlink(ctx);
+        ngx_http_esi_fail(ctx);
+    }
+
+    if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
+        ngx_add_timer(&d->reconnect, d->backoff);
+        d->backoff = ngx_min(d->backoff * 2, NGX_HTTP_ESI_BACKOFF_MAX);
+    }
+}
+
+
+static void
+ngx_http_esi_close(ngx_http_esi_daemon_t *d)
+{
+    ngx_uint_t  i;
+
+    d->state = NGX_HTTP_ESI_IDLE;
+
+    if (d->conn) {
+        ngx_close_connection(d->conn);
+        d->conn = NULL;
+    }
+
+    if (d->notify) {
+        ngx_close_connection(d->notify);
+        d->notify = NULL;
+    }
+
+    if (d->daemon_fd != -1) {
+        close(d->daemon_fd);
+        d->daemon_fd = -1;
+    }
+
+    for (i = 0; i < ngx_min(d->nfds, 3); i++) {
+        if (d->fds[i] != -1) {
+            close(d->fds[i]);
+        }
+    }
+
+    d->nfds = 0;
+
+    if (d->shm) {
+        munmap(d->shm, d->shm_size);
+        d->shm = NULL;
+    }
+
+    if (d->pool) {
+        ngx_destroy_pool(d->pool);
+        d->pool = NULL;
+        d->cancels = NULL;
+    }
+}
+
+
+static void
+ngx_http_esi_notify_handler(ngx_event_t *rev)
+{
+    uint64_t                value;
+    uint32_t                len;
+    ngx_uint_t              n;
+    const uint8_t          *p;
+    ngx_connection_t       *c;
+    ngx_http_esi_daemon_t  *d;
+
+    c = rev->data;
+    d = &ngx_http_esi_daemon;
+
+    while (read(c->fd, &value, sizeof(uint64_t)) == sizeof(uint64_t)) {
+        /* void */
+    }
+
+    if (d->state != NGX_HTTP_ESI_READY) {
+        return;
+    }
+
+    for (n = 0; n < NGX_HTTP_ESI_DRAIN_BATCH; n++) {
+
+        switch (esi_ring_peek(&d->rx, &p, &len)) {
+
+        case ESI_RING_EMPTY:
+            if (esi_ring_wait_data(&d->rx)) {
+                goto drained;
+            }
+            continue;
+
+        case ESI_RING_OK:
+            break;
+
+        default:
+            ngx_http_esi_drop(d, NGX_LOG_ERR,
+                              "esi: the ring from esid is corrupt");
+            return;
+        }
+
+        if (ngx_http_esi_response(d, p, len) != NGX_OK) {
+            ngx_http_esi_drop(d, NGX_LOG_ERR, NULL);
+            return;
+        }
+
+        if (esi_ring_release(&d->rx)) {
+            d->kick = 1;
+        }
+    }
+
+    /* esid keeps writing: let other events run, then carry on */
+    ngx_post_event(rev, &ngx_posted_events);
+
+drained:
+
+    ngx_http_esi_flush(d);
+
+    if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+        ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: cannot watch the eventfd");
+    }
+}
+
+
+static ngx_int_t
+ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
+    uint32_t len)
+{
+    size_t               n;
+    uint16_t             which;
+    uint32_t             id;
+    const char          *reason;
+    esi_wire_msg_t       msg;
+    esi_wire_struct_t    root;
+    ngx_http_esi_ctx_t  *ctx;
+
+    if (esi_wire_open(&msg, p, len, &root) != 0) {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: malformed response from esid");
+        return NGX_ERROR;
+    }
+
+    id = esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET);
+    which = esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET);
+
+    ctx = ngx_http_esi_lookup(d, id);
+
+    if (ctx == NULL) {
+        if (id == 0 || id >= d->next_id) {
+            ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                          "esi: response for stream %uD never opened", id);
+            return NGX_ERROR;
+        }
+
+        /* a stream we cancelled or failed */
+        return NGX_OK;
+    }
+
+    switch (which) {
+
+    case ESI_WIRE_RESPONSE_SPLICE_WHICH:
+        return ngx_http_esi_splice(ctx, &root);
+
+    case ESI_WIRE_RESPONSE_FAIL_WHICH:
+        if (esi_wire_get_text(&root, ESI_WIRE_RESPONSE_FAIL_PTR, &reason, &n)
+            != 0)
+        {
+            ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                          "esi: malformed failure from esid");
+            return NGX_ERROR;
+        }
+
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "esi: esid failed the stream: \"%*s\"",
+                      ngx_min(n, 256), (u_char *) reason);
+
+        ngx_http_esi_unlink(ctx);
+        ngx_http_esi_fail(ctx);
+        return NGX_OK;
+
+    default:
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: unknown response %ud from esid", which);
+        return NGX_ERROR;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
+{
+    off_t                 offset, end, released, verbatim_end;
+    uint16_t              which;
+    uint32_t              i, length;
+    uint64_t              value;
+    ngx_int_t             rc;
+    ngx_log_t            *log;
+    ngx_http_request_t   *r;
+    ngx_http_esi_insn_t  *insn, *head, **last;
+    esi_wire_list_t       list;
+    esi_wire_struct_t     splice, in, inc;
+
+    r = ctx->request;
+    log = ngx_http_esi_daemon.log;
+
+    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_SPLICE_PTR, &splice) != 0
+        || esi_wire_get_list(&splice, ESI_WIRE_SPLICE_INSTRUCTIONS_PTR, &list)
+           != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "esi: malformed splice from esid");
+        return NGX_ERROR;
+    }
+
+    value = esi_wire_u64(&splice, ESI_WIRE_SPLICE_RELEASED_OFFSET);
+
+    if (value < (uint64_t) ctx->rx_released || value > (uint64_t) ctx->sent) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "esi: esid released %uL of stream %uD, "
+                      "outside [%O, %O]",
+                      value, (uint32_t) ctx->node.key, ctx->rx_released,
+                      ctx->sent);
+        return NGX_ERROR;
+    }
+
+    released = (off_t) value;
+
+    if (esi_wire_bool(&splice, ESI_WIRE_SPLICE_LAST_BIT) && !ctx->end_sent) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "esi: esid ended stream %uD before its body",
+                      (uint32_t) ctx->node.key);
+        return NGX_ERROR;
+    }
+
+    head = NULL;
+    last = &head;
+    verbatim_end = ctx->rx_verbatim_end;
+
+    for (i = 0; i < list.count; i++) {
+
+        esi_wire_list_at(&list, i, &in);
+        which = esi_wire_u16(&in, ESI_WIRE_INSTRUCTION_WHICH_OFFSET);
+
+        if (ctx->free_insns) {
+            insn = ctx->free_insns;
+            ctx->free_insns = insn->next;
+            ngx_memzero(insn, sizeof(ngx_http_esi_insn_t));
+
+        } else {
+            insn = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_insn_t));
+            if (insn == NULL) {
+                goto local_failure;
+            }
+        }
+
+        switch (which) {
+
+        case ESI_WIRE_INSTRUCTION_VERBATIM_WHICH:
+            value = esi_wire_u64(&in,
+                                 ESI_WIRE_INSTRUCTION_VERBATIM_OFFSET_OFFSET);
+            length = esi_wire_u32(&in,
+                                  ESI_WIRE_INSTRUCTION_VERBATIM_LENGTH_OFFSET);
+
+            if (value < (uint64_t) ctx->rx_released
+                || value < (uint64_t) verbatim_end
+                || value > (uint64_t) ctx->sent
+                || length > (uint64_t) ctx->sent - value)
+            {
+                ngx_log_error(NGX_LOG_ERR, log, 0,
+                              "esi: verbatim %uL+%uD of stream %uD is "
+                              "outside [%O, %O) or before %O",
+                              value, length, (uint32_t) ctx->node.key,
+                              ctx->rx_released, ctx->sent, verbatim_end);
+                return NGX_ERROR;
+            }
+
+            offset = (off_t) value;
+            end = offset + length;
+            verbatim_end = end;
+
+            insn->type = NGX_HTTP_ESI_VERBATIM;
+            insn->offset = offset;
+            insn->length = length;
+            break;
+
+        case ESI_WIRE_INSTRUCTION_INCLUDE_WHICH:
+            if (esi_wire_get_struct(&in, ESI_WIRE_INSTRUCTION_INCLUDE_PTR,
+                                    &inc)
+                != 0)
+            {
+                ngx_log_error(NGX_LOG_ERR, log, 0,
+                              "esi: malformed include from esid");
+                return NGX_ERROR;
+            }
+
+            insn->type = NGX_HTTP_ESI_INCLUDE;
+            insn->continue_on_error =
+                esi_wire_bool(&inc, ESI_WIRE_INCLUDE_CONTINUE_ON_ERROR_BIT);
+
+            rc = ngx_http_esi_wire_str(r, &inc, ESI_WIRE_INCLUDE_PATH_PTR,
+                                       &insn->path, 1);
+            if (rc == NGX_OK) {
+                rc = ngx_http_esi_wire_str(r, &inc, ESI_WIRE_INCLUDE_ARGS_PTR,
+                                           &insn->args, 0);
+            }
+            if (rc == NGX_OK) {
+                rc = ngx_http_esi_wire_str(r, &inc,
+                                           ESI_WIRE_INCLUDE_ALT_PATH_PTR,
+                                           &insn->alt_path, 1);
+            }
+            if (rc == NGX_OK) {
+                rc = ngx_http_esi_wire_str(r, &inc,
+                                           ESI_WIRE_INCLUDE_ALT_ARGS_PTR,
+                                           &insn->alt_args, 0);
+            }
+
+            if (rc == NGX_ERROR) {
+                goto local_failure;
+            }
+
+            if (rc != NGX_OK) {
+                ngx_log_error(NGX_LOG_ERR, log, 0,
+                              "esi: malformed include path from esid");
+                return NGX_ERROR;
+            }
+
+            break;
+
+        default:
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "esi: unknown instruction %ud from esid", which);
+            return NGX_ERROR;
+        }
+
+        *last = insn;
+        last = &insn->next;
+    }
+
+    insn = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_insn_t));
+    if (insn == NULL) {
+        goto local_failure;
+    }
+
+    insn->type = NGX_HTTP_ESI_SPLICE;
+    insn->offset = released;
+    insn->last = esi_wire_bool(&splice, ESI_WIRE_SPLICE_LAST_BIT);
+
+    *last = insn;
+
+    *ctx->last_insn = head;
+    ctx->last_insn = &insn->next;
+
+    ctx->rx_released = released;
+    ctx->rx_verbatim_end = verbatim_end;
+
+    if (ctx->awaiting) {
+        ctx->awaiting--;
+    }
+
+    if (insn->last) {
+        ngx_http_esi_unlink(ctx);
+    }
+
+    ngx_http_esi_timer(ctx, 1);
+    ngx_http_esi_schedule(ctx);
+
+    return NGX_OK;
+
+local_failure:
+
+    ngx_http_esi_fail(ctx);
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_wire_str(ngx_http_request_t *r, esi_wire_struct_t *s,
+    unsigned ptr, ngx_str_t *str, ngx_uint_t is_path)
+{
+    size_t       len;
+    const char  *p;
+
+    if (esi_wire_get_text(s, ptr, &p, &len) != 0) {
+        return NGX_DECLINED;
+    }
+
+    if (is_path && len && p[0] != '/') {
+        return NGX_DECLINED;
+    }
+
+    str->len = len;
+
+    if (len == 0) {
+        return NGX_OK;
+    }
+
+    str->data = ngx_pnalloc(r->pool, len);
+    if (str->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(str->data, p, len);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_esi_flush(ngx_http_esi_daemon_t *d)
+{
+    uint64_t             one;
+    uint32_t            *id;
+    ngx_int_t            rc;
+    ngx_uint_t           i;
+    ngx_queue_t         *q;
+    ngx_http_esi_ctx_t  *ctx;
+
+    if (d->state != NGX_HTTP_ESI_READY) {
+        return;
+    }
+
+    for ( ;; ) {
+
+        id = d->cancels->elts;
+
+        for (i = 0; i < d->cancels->nelts; i++) {
+            if (ngx_http_esi_send_short(d, id[i], ESI_WIRE_REQUEST_CANCEL_WHICH)
+                != NGX_OK)
+            {
+                break;
+            }
+        }
+
+        if (i < d->cancels->nelts) {
+            ngx_memmove(id, &id[i], (d->cancels->nelts - i) * sizeof(uint32_t));
+            d->cancels->nelts -= i;
+            rc = NGX_AGAIN;
+            goto wait;
+        }
+
+        d->cancels->nelts = 0;
+        rc = NGX_OK;
+
+        while (!ngx_queue_empty(&d->tx_wait)) {
+            q = ngx_queue_head(&d->tx_wait);
+            ctx = ngx_queue_data(q, ngx_http_esi_ctx_t, tx_link);
+
+            rc = ngx_http_esi_send(d, ctx);
+
+            if (rc == NGX_AGAIN) {
+                break;
+            }
+
+            ngx_queue_remove(q);
+            ctx->tx_queued = 0;
+
+            if (rc == NGX_OK) {
+                ngx_http_esi_timer(ctx, 0);
+
+            } else {
+                ngx_http_esi_fail(ctx);
+            }
+        }
+
+    wait:
+
+        if (rc != NGX_AGAIN || esi_ring_wait_space(&d->tx, d->need)) {
+            break;
+        }
+    }
+
+    if (d->kick) {
+        d->kick = 0;
+        one = 1;
+
+        if (write(d->daemon_fd, &one, sizeof(uint64_t)) == -1
+            && ngx_errno != NGX_EAGAIN)
+        {
+            ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                          "esi: write() to esid's eventfd failed");
+        }
+    }
+}
+
+
+/*
+ * Writes what the stream has for esid: open, body, end.  NGX_AGAIN: the
+ * ring is full; NGX_DECLINED: a message can never fit.
+ */
+
+static ngx_int_t
+ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
+{
+    off_t                     from;
+    size_t                    need, len, n, k, max, room, uri_len,
+                              host_len;
+    u_char                   *dst, *host_data;
+    void                     *p;
+    ngx_str_t                *host;
+    ngx_http_request_t       *r;
+    ngx_http_esi_held_t      *h;
+    esi_wire_out_t            req, open;
+    esi_wire_builder_t        b;
+    ngx_http_esi_loc_conf_t  *elcf;
+    ngx_http_core_srv_conf_t *cscf;
+
+    r = ctx->request;
+    max = esi_ring_max_payload(&d->tx);
+
+    if (!ctx->open_sent) {
+        if (r->headers_in.host) {
+            host = &r->headers_in.host->value;
+
+        } else {
+            cscf = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+            host = &cscf->server_name;
+        }
+
+        uri_len = r->uri.len;
+        host_len = host->len;
+        host_data = host->data;
+
+        need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                             + ESI_WIRE_REQUEST_POINTERS
+                             + ESI_WIRE_OPEN_DATA_WORDS
+                             + ESI_WIRE_OPEN_POINTERS,
+                             esi_wire_blob(uri_len + 1)
+                             + esi_wire_blob(host_len + 1));
+
+        if (need > max) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: uri and host too long for the ring");
+            return NGX_DECLINED;
+        }
+
+        p = ngx_http_esi_reserve(d, need);
+        if (p == NULL) {
+            return NGX_AGAIN;
+        }
+
+        esi_wire_builder_init(&b, p, need);
+
+        (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
+                             ESI_WIRE_REQUEST_POINTERS, &req);
+        esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET,
+                         (uint32_t) ctx->node.key);
+        esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
+                         ESI_WIRE_REQUEST_OPEN_WHICH);
+        (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_OPEN_PTR,
+                                   ESI_WIRE_OPEN_DATA_WORDS,
+                                   ESI_WIRE_OPEN_POINTERS, &open);
+        (void) esi_wire_set_text(&open, ESI_WIRE_OPEN_URI_PTR,
+                                 (const char *) r->uri.data, uri_len);
+        (void) esi_wire_set_text(&open, ESI_WIRE_OPEN_AUTHORITY_PTR,
+                                 (const char *) host_data, host_len);
+
+        ngx_http_esi_commit(d, esi_wire_finish(&b));
+        ctx->open_sent = 1;
+    }
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    room = (max - esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                                + ESI_WIRE_REQUEST_POINTERS, 0))
+           & ~(size_t) 7;
+    room = ngx_min(room, elcf->buffer_size);
+
+    while (ctx->sent < ctx->received) {
+        len = ngx_min((size_t) (ctx->received - ctx->sent), room);
+
+        need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                             + ESI_WIRE_REQUEST_POINTERS,
+                             esi_wire_blob(len));
+
+        p = ngx_http_esi_reserve(d, need);
+        if (p == NULL) {
+            return NGX_AGAIN;
+        }
+
+        esi_wire_builder_init(&b, p, need);
+
+        (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
+                             ESI_WIRE_REQUEST_POINTERS, &req);
+        esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET,
+                         (uint32_t) ctx->node.key);
+        esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
+                         ESI_WIRE_REQUEST_BODY_WHICH);
+        dst = esi_wire_alloc_data(&req, ESI_WIRE_REQUEST_BODY_PTR, len);
+
+        /* the one copy of the page: into the ring */
+
+        h = ctx->send_held;
+
+        for (n = 0; n < len; n += k) {
+            from = ctx->sent + n;
+            k = ngx_min(len - n, (size_t) (h->end - from));
+
+            ngx_memcpy(dst + n, h->start + (from - h->offset), k);
+
+            if (from + (off_t) k == h->end) {
+                h = h->next;
+            }
+        }
+
+        ctx->send_held = h;
+        ctx->sent += len;
+        ctx->awaiting++;
+
+        ngx_http_esi_commit(d, esi_wire_finish(&b));
+    }
+
+    if (ctx->input_done && !ctx->end_sent) {
+        if (ngx_http_esi_send_short(d, (uint32_t) ctx->node.key,
+                                    ESI_WIRE_REQUEST_END_WHICH)
+            != NGX_OK)
+        {
+            return NGX_AGAIN;
+        }
+
+        ctx->end_sent = 1;
+        ctx->awaiting++;
+    }
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_esi_reserve(ngx_http_esi_daemon_t *d, size_t need)
+{
+    void  *p;
+
+    p = esi_ring_reserve(&d->tx, need);
+
+    if (p == NULL) {
+        d->need = need;
+    }
+
+    return p;
+}
+
+
+static void
+ngx_http_esi_commit(ngx_http_esi_daemon_t *d, size_t len)
+{
+    if (esi_ring_commit(&d->tx, len)) {
+        d->kick = 1;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_esi_send_short(ngx_http_esi_daemon_t *d, uint32_t id,
+    uint16_t which)
+{
+    size_t               need;
+    void                *p;
+    esi_wire_out_t       req;
+    esi_wire_builder_t   b;
+
+    need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                         + ESI_WIRE_REQUEST_POINTERS, 0);
+
+    p = ngx_http_esi_reserve(d, need);
+    if (p == NULL) {
+        return NGX_AGAIN;
+    }
+
+    esi_wire_builder_init(&b, p, need);
+
+    (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
+                         ESI_WIRE_REQUEST_POINTERS, &req);
+    esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET, id);
+    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET, which);
+
+    ngx_http_esi_commit(d, esi_wire_finish(&b));
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_esi_cancel(ngx_http_esi_daemon_t *d, uint32_t id)
+{
+    uint32_t  *p;
+
+    if (d->state != NGX_HTTP_ESI_READY) {
+        return;
+    }
+
+    p = ngx_array_push(d->cancels);
+
+    if (p == NULL) {
+        ngx_http_esi_drop(d, NGX_LOG_ALERT, "esi: out of memory");
+        return;
+    }
+
+    *p = id;
+
+    ngx_http_esi_flush(d);
+}
+
+
+static ngx_http_esi_ctx_t *
+ngx_http_esi_lookup(ngx_http_esi_daemon_t *d, uint32_t id)
+{
+    ngx_rbtree_node_t  *node, *sentinel;
+
+    node = d->streams.root;
+    sentinel = d->streams.sentinel;
+
+    while (node != sentinel) {
+
+        if (id < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (id > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        return (ngx_http_esi_ctx_t *) node;
+    }
+
+    return NULL;
+}
+
+
+/* the stream leaves the table: esid will say nothing more about it */
+
+static void
+ngx_http_esi_unlink(ngx_http_esi_ctx_t *ctx)
+{
+    if (ctx->in_table) {
+        ngx_rbtree_delete(&ngx_http_esi_daemon.streams, &ctx->node);
+        ctx->in_table = 0;
+    }
+
+    if (ctx->tx_queued) {
+        ngx_queue_remove(&ctx->tx_link);
+        ctx->tx_queued = 0;
+    }
+
+    ngx_http_esi_timer(ctx, 0);
+}
+
+
+static void
+ngx_http_esi_fail(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_esi_forget(ctx);
+
+    ctx->failed = 1;
+
+    ngx_http_esi_schedule(ctx);
+}
+
+
+/* as unlink, telling esid to drop the stream when it knows about it */
+
+static void
+ngx_http_esi_forget(ngx_http_esi_ctx_t *ctx)
+{
+    uint32_t  id;
+
+    id = (uint32_t) ctx->node.key;
+
+    if (ctx->in_table && ctx->open_sent) {
+        ngx_http_esi_unlink(ctx);
+        ngx_http_esi_cancel(&ngx_http_esi_daemon, id);
+        return;
+    }
+
+    ngx_http_esi_unlink(ctx);
+}
+
+
+static void
+ngx_http_esi_schedule(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
+
+    if (!ctx->wake_queued) {
+        ngx_queue_insert_tail(&d->wake, &ctx->wake_link);
+        ctx->wake_queued = 1;
+    }
+
+    if (!d->wake_event.posted) {
+        ngx_post_event(&d->wake_event, &ngx_posted_events);
+    }
+}
+
+
+/* armed while the stream waits for esid; reset by each answer */
+
+static void
+ngx_http_esi_timer(ngx_http_esi_ctx_t *ctx, ngx_uint_t reset)
+{
+    if (ctx->in_table
+        && (ctx->tx_queued || ctx->awaiting || ctx->end_sent))
+    {
+        if (reset || !ctx->timer.timer_set) {
+            ngx_add_timer(&ctx->timer, ngx_http_esi_daemon.conf->timeout);
+        }
+
+        return;
+    }
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+}
+
+
+static void
+ngx_http_esi_timeout_handler(ngx_event_t *ev)
+{
+    ngx_http_esi_ctx_t  *ctx;
+
+    ctx = ev->data;
+
+    ngx_log_error(NGX_LOG_ERR, ev->log, 0,
+                  "esi: esid did not answer stream %uD in time",
+                  (uint32_t) ctx->node.key);
+
+    ngx_http_esi_drop(&ngx_http_esi_daemon, NGX_LOG_ERR,
+                      "esi: dropping the connection to esid");
+}
+
+
+static void
+ngx_http_esi_wake_handler(ngx_event_t *ev)
+{
+    ngx_queue_t            *q;
+    ngx_http_esi_ctx_t     *ctx;
+    ngx_http_esi_daemon_t  *d;
+
+    d = ev->data;
+
+    while (!ngx_queue_empty(&d->wake)) {
+        q = ngx_queue_head(&d->wake);
+        ngx_queue_remove(q);
+
+        ctx = ngx_queue_data(q, ngx_http_esi_ctx_t, wake_link);
+        ctx->wake_queued = 0;
+
+        ngx_http_esi_wake(ctx);
+    }
+}
+
+
+static void
+ngx_http_esi_resume_handler(ngx_event_t *ev)
+{
+    ngx_http_esi_wake(ev->data);
+}
+
+
+/* runs a request's output after async work, then its own write path */
+
+static void
+ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_int_t            rc;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "esi wake \"%V?%V\"", &r->uri, &r->args);
+
+    rc = ngx_http_esi_process(r, ctx, NULL);
+
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_ERROR);
+
+    } else if (ngx_http_post_request(r, NULL) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_ERROR);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* filters */
+
+static ngx_int_t
+ngx_http_esi_header_filter(ngx_http_request_t *r)
+{
+    ngx_uint_t                depth;
+    ngx_str_t                *ce;
+    ngx_http_request_t       *pr;
+    ngx_http_esi_ctx_t       *ctx, *pctx;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
+
+    if (ctx && ctx->fragment
+        && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
+    {
+        ctx->discard = 1;
+        return ngx_http_next_header_filter(r);
+    }
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    if (!elcf->enable
+        || r->header_only
+        || (r->method & NGX_HTTP_HEAD)
+        || r->headers_out.status == NGX_HTTP_NO_CONTENT
+        || r->headers_out.status == NGX_HTTP_NOT_MODIFIED
+        || r->headers_out.content_length_n == 0
+        || ngx_http_test_content_type(r, &elcf->types) == NULL)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    if (r->headers_out.content_encoding
+        && r->headers_out.content_encoding->hash)
+    {
+        ce = &r->headers_out.content_encoding->value;
+
+        if (ce->len
+            && (ce->len != sizeof("identity") - 1
+                || ngx_strncasecmp(ce->data, (u_char *) "identity", ce->len)
+                   != 0))
+        {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "esi: \"%V\" encoded response left unprocessed",
+                          ce);
+            return ngx_http_next_header_filter(r);
+        }
+    }
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_set_ctx(r, ctx, ngx_http_esi_module);
+    }
+
+    depth = 0;
+
+    for (pr = r->parent; pr; pr = pr->parent) {
+        pctx = ngx_http_get_module_ctx(pr, ngx_http_esi_module);
+
+        if (pctx && pctx->stream) {
+            depth++;
+        }
+    }
+
+    ctx->depth = depth;
+    ctx->request = r;
+
+    if (ngx_http_esi_daemon.state == NGX_HTTP_ESI_IDLE) {
+
+        if (elcf->fallback == NGX_HTTP_ESI_ABORT) {
+            ctx->status = NGX_HTTP_ESI_STATUS_ABORTED;
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: esid is not connected, request aborted");
+            return NGX_ERROR;
+        }
+
+        ctx->status = NGX_HTTP_ESI_STATUS_PASSTHROUGH;
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "esi: esid is not connected, response passed through");
+
+        return ngx_http_next_header_filter(r);
+    }
+
+    if (ngx_http_esi_open(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_clear_content_length(r);
+    ngx_http_clear_accept_ranges(r);
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_etag(r);
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_esi_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_uint_t              i;
+    ngx_list_part_t        *part;
+    ngx_table_elt_t        *h;
+    ngx_pool_cleanup_t     *cln;
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_esi_cleanup;
+    cln->data = ctx;
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash
+            && h[i].key.len == sizeof("Surrogate-Control") - 1
+            && ngx_strncasecmp(h[i].key.data, (u_char *) "Surrogate-Control",
+                               h[i].key.len)
+               == 0)
+        {
+            h[i].hash = 0;
+        }
+    }
+
+    r->filter_need_in_memory = 1;
+
+    if (r == r->main) {
+        r->preserve_body = 1;
+    }
+
+    ctx->stream = 1;
+    ctx->status = NGX_HTTP_ESI_STATUS_PROCESSED;
+    ctx->last_held = &ctx->held;
+    ctx->last_insn = &ctx->insns;
+    ctx->last_out = &ctx->out;
+
+    ctx->timer.handler = ngx_http_esi_timeout_handler;
+    ctx->timer.data = ctx;
+    ctx->timer.log = r->connection->log;
+
+    ctx->resume.handler = ngx_http_esi_resume_handler;
+    ctx->resume.data = ctx;
+    ctx->resume.log = r->connection->log;
+
+    ctx->node.key = d->next_id++;
+    ngx_rbtree_insert(&d->streams, &ctx->node);
+    ctx->in_table = 1;
+
+    ngx_queue_insert_tail(&d->tx_wait, &ctx->tx_link);
+    ctx->tx_queued = 1;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "esi stream %ui depth %ui", ctx->node.key, ctx->depth);
+
+    ngx_http_esi_flush(d);
+    ngx_http_esi_timer(ctx, 0);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_esi_cleanup(void *data)
+{
+    ngx_http_esi_ctx_t  *ctx = data;
+
+    ngx_http_esi_forget(ctx);
+
+    if (ctx->wake_queued) {
+        ngx_queue_remove(&ctx->wake_link);
+        ctx->wake_queued = 0;
+    }
+
+    if (ctx->resume.posted) {
+        ngx_delete_posted_event(&ctx->resume);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t         *cl;
+    ngx_http_esi_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
+
+    if (ctx && ctx->discard) {
+        for (cl = in; cl; cl = cl->next) {
+            cl->buf->pos = cl->buf->last;
+            cl->buf->file_pos = cl->buf->file_last;
+        }
+
+        return NGX_OK;
+    }
+
+    if (ctx == NULL || !ctx->stream
+        || (ctx->fallen && ctx->out == NULL && ctx->busy == NULL
+            && ctx->held == NULL))
+    {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "esi body filter \"%V?%V\"", &r->uri, &r->args);
+
+    if (!ctx->failed && !ctx->fallen) {
+        for (cl = in; cl; cl = cl->next) {
+            if (ngx_buf_size(cl->buf) && !ngx_buf_in_memory(cl->buf)) {
+                ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                              "esi: body not in memory");
+                ngx_http_esi_fail(ctx);
+                break;
+            }
+        }
+    }
+
+    if (!ctx->failed && !ctx->fallen) {
+        if (ngx_http_esi_hold(r, ctx, in) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (in && !ctx->tx_queued && ctx->in_table) {
+            ngx_queue_insert_tail(&ngx_http_esi_daemon.tx_wait,
+                                  &ctx->tx_link);
+            ctx->tx_queued = 1;
+
+            ngx_http_esi_flush(&ngx_http_esi_daemon);
+            ngx_http_esi_timer(ctx, 0);
+        }
+
+        in = NULL;
+    }
+
+    return ngx_http_esi_process(r, ctx, in);
+}
+
+
+static ngx_int_t
+ngx_http_esi_hold(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_chain_t *in)
+{
+    off_t                 size;
+    ngx_buf_t            *b;
+    ngx_http_esi_held_t  *h;
+
+    for ( /* void */ ; in; in = in->next) {
+        b = in->buf;
+
+        if (b->last_buf || b->last_in_chain) {
+            ctx->input_done = 1;
+        }
+
+        size = ngx_buf_size(b);
+
+        if (size == 0) {
+            continue;
+        }
+
+        if (ctx->free_held) {
+            h = ctx->free_held;
+            ctx->free_held = h->next;
+
+        } else {
+            h = ngx_palloc(r->pool, sizeof(ngx_http_esi_held_t));
+            if (h == NULL) {
+                return NGX_ERROR;
+            }
+        }
+
+        h->buf = b;
+        h->start = b->pos;
+        h->offset = ctx->received;
+        h->end = ctx->received + size;
+        h->refs = 0;
+        h->next = NULL;
+
+        *ctx->last_held = h;
+        ctx->last_held = &h->next;
+
+        if (ctx->send_held == NULL) {
+            ctx->send_held = h;
+        }
+
+        ctx->received = h->end;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_chain_t *in)
+{
+    ngx_chain_t  *cl;
+
+    if (!ctx->fallen && !ctx->failed) {
+        if (ngx_http_esi_execute(r, ctx) == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->failed && !ctx->fallen) {
+        if (ngx_http_esi_fallback(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    /* after a fallback, later input goes out as it came */
+
+    for ( /* void */ ; in; in = in->next) {
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        cl->buf = in->buf;
+        cl->next = NULL;
+        *ctx->last_out = cl;
+        ctx->last_out = &cl->next;
+    }
+
+    if (ctx->out == NULL && ctx->busy == NULL) {
+        ngx_http_esi_release(ctx);
+        return NGX_OK;
+    }
+
+    return ngx_http_esi_output(r, ctx);
+}
+
+
+static ngx_int_t
+ngx_http_esi_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_int_t             rc;
+    ngx_http_esi_insn_t  *insn;
+
+    while (ctx->insns || ctx->wait) {
+
+        if (ctx->wait) {
+            if (!ctx->wait->done) {
+                return NGX_OK;
+            }
+
+            ctx->wait = NULL;
+
+            if (ctx->wait_failed) {
+                ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                               "esi include failed: \"%V\"",
+                               ctx->wait_alt ? &ctx->wait_insn->alt_path
+                                             : &ctx->wait_insn->path);
+
+                rc = ngx_http_esi_include_failed(r, ctx, ctx->wait_insn,
+                                                 ctx->wait_alt);
+                if (rc != NGX_OK) {
+                    return rc;
+                }
+            }
+
+            continue;
+        }
+
+        insn = ctx->insns;
+        ctx->insns = insn->next;
+
+        if (ctx->insns == NULL) {
+            ctx->last_insn = &ctx->insns;
+        }
+
+        switch (insn->type) {
+
+        case NGX_HTTP_ESI_VERBATIM:
+            rc = ngx_http_esi_verbatim(r, ctx, insn->offset,
+                                       insn->offset + insn->length);
+            break;
+
+        case NGX_HTTP_ESI_INCLUDE:
+            rc = ngx_http_esi_include(r, ctx, insn, 0);
+            break;
+
+        default: /* NGX_HTTP_ESI_SPLICE */
+            ctx->released = insn->offset;
+            rc = insn->last ? ngx_http_esi_final(r, ctx) : NGX_OK;
+            break;
+        }
+
+        if (insn->type != NGX_HTTP_ESI_INCLUDE) {
+            insn->next = ctx->free_insns;
+            ctx->free_insns = insn;
+        }
+
+        if (rc == NGX_DECLINED) {
+            ngx_http_esi_fail(ctx);
+            return NGX_OK;
+        }
+
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_verbatim(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    off_t offset, off_t end)
+{
+    off_t                 to;
+    ngx_buf_t            *b;
+    ngx_chain_t          *cl;
+    ngx_http_esi_held_t  *h;
+
+    for (h = ctx->held; h && offset < end; h = h->next) {
+
+        if (h->end <= offset) {
+            continue;
+        }
+
+        if (h->offset > offset) {
+            break;
+        }
+
+        to = ngx_min(end, h->end);
+
+        cl = ngx_http_esi_link(r, ctx);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        b = cl->buf;
+        b->memory = 1;
+        b->pos = h->start + (offset - h->offset);
+        b->last = h->start + (to - h->offset);
+        b->shadow = h->buf;
+        h->refs++;
+
+        offset = to;
+    }
+
+    if (offset < end) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "esi: verbatim at %O is no longer held", offset);
+        return NGX_DECLINED;
+    }
+
+    ctx->verbatim_end = end;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_insn_t *insn, ngx_uint_t alt)
+{
+    ngx_str_t                   *path, *args;
+    ngx_http_request_t          *sr;
+    ngx_http_esi_ctx_t          *sctx;
+    ngx_http_esi_loc_conf_t     *elcf;
+    ngx_http_post_subrequest_t  *psr;
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    path = alt ? &insn->alt_path : &insn->path;
+    args = alt ? &insn->alt_args : &insn->args;
+
+    if (path->len == 0) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "esi: include refused by esid");
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    if (ctx->depth >= (ngx_uint_t) elcf->max_depth) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: include \"%V\" exceeds esi_max_depth %i",
+                      path, elcf->max_depth);
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    /* what came before the include goes first, ordered by postpone */
+
+    if (ctx->out && ngx_http_esi_output(r, ctx) == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (insn->alt_path.len == 0 && !insn->continue_on_error) {
+        if (ngx_http_subrequest(r, path, args, &sr, NULL, 0) != NGX_OK) {
+            return ngx_http_esi_include_failed(r, ctx, insn, alt);
+        }
+
+        return NGX_OK;
+    }
+
+    /* the outcome decides what follows: wait for it */
+
+    sctx = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_ctx_t));
+    if (sctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    sctx->fragment = 1;
+
+    psr = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    if (psr == NULL) {
+        return NGX_ERROR;
+    }
+
+    psr->handler = ngx_http_esi_include_done;
+    psr->data = ctx;
+
+    if (ngx_http_subrequest(r, path, args, &sr, psr,
+                            NGX_HTTP_SUBREQUEST_WAITED)
+        != NGX_OK)
+    {
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    ngx_http_set_ctx(sr, sctx, ngx_http_esi_module);
+
+    ctx->wait = sr;
+    ctx->wait_insn = insn;
+    ctx->wait_alt = alt;
+    ctx->wait_failed = 0;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_include_failed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_insn_t *insn, ngx_uint_t alt)
+{
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    if (!alt && insn->alt_path.len) {
+        return ngx_http_esi_include(r, ctx, insn, 1);
+    }
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    if (insn->continue_on_error || elcf->silent_errors) {
+        return NGX_OK;
+    }
+
+    cl = ngx_http_esi_link(r, ctx);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = cl->buf;
+    b->memory = 1;
+    b->pos = ngx_http_esi_error_marker;
+    b->last = ngx_http_esi_error_marker + sizeof(ngx_http_esi_error_marker) - 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_include_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
+{
+    ngx_http_esi_ctx_t  *ctx = data;
+
+    if (ctx->wait != r) {
+        return rc;
+    }
+
+    if (rc == NGX_ERROR
+        || rc >= NGX_HTTP_BAD_REQUEST
+        || r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
+    {
+        ctx->wait_failed = 1;
+    }
+
+    /* r->done is set after this handler returns */
+
+    if (!ctx->resume.posted) {
+        ngx_post_event(&ctx->resume, &ngx_posted_events);
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_esi_fallback(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    off_t                     cut;
+    ngx_int_t                 rc;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    ctx->fallen = 1;
+    ctx->insns = NULL;
+    ctx->last_insn = &ctx->insns;
+    ctx->wait = NULL;
+
+    if (ctx->done) {
+        return NGX_OK;
+    }
+
+    if (elcf->fallback == NGX_HTTP_ESI_ABORT) {
+        ctx->status = NGX_HTTP_ESI_STATUS_ABORTED;
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: processing failed, request aborted");
+        return NGX_ERROR;
+    }
+
+    ctx->status = NGX_HTTP_ESI_STATUS_PASSTHROUGH;
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "esi: processing failed, rest of the body passed through "
+                  "from offset %O", ngx_max(ctx->released, ctx->verbatim_end));
+
+    /* what esid had not covered yet goes out unprocessed */
+
+    cut = ngx_max(ctx->released, ctx->verbatim_end);
+
+    if (cut < ctx->received) {
+        rc = ngx_http_esi_verbatim(r, ctx, cut, ctx->received);
+        if (rc != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    ctx->released = NGX_MAX_OFF_T_VALUE;
+    ctx->send_held = NULL;
+
+    if (ctx->input_done) {
+        return ngx_http_esi_final(r, ctx);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_final(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    cl = ngx_http_esi_link(r, ctx);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = cl->buf;
+    b->sync = 1;
+
+    if (r == r->main) {
+        b->last_buf = 1;
+
+    } else {
+        b->last_in_chain = 1;
+    }
+
+    ctx->done = 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_chain_t *
+ngx_http_esi_link(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (ctx->free) {
+        cl = ctx->free;
+        ctx->free = cl->next;
+        b = cl->buf;
+        ngx_memzero(b, sizeof(ngx_buf_t));
+
+    } else {
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NULL;
+        }
+
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return NULL;
+        }
+
+        cl->buf = b;
+    }
+
+    b->tag = (ngx_buf_tag_t) &ngx_http_esi_module;
+    cl->next = NULL;
+
+    *ctx->last_out = cl;
+    ctx->last_out = &cl->next;
+
+    return cl;
+}
+
+
+static ngx_int_t
+ngx_http_esi_output(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_int_t             rc;
+    ngx_buf_t            *b;
+    ngx_chain_t          *cl;
+    ngx_http_esi_held_t  *h;
+
+    rc = ngx_http_next_body_filter(r, ctx->out);
+
+    if (ctx->busy == NULL) {
+        ctx->busy = ctx->out;
+
+    } else {
+        for (cl = ctx->busy; cl->next; cl = cl->next) { /* void */ }
+        cl->next = ctx->out;
+    }
+
+    ctx->out = NULL;
+    ctx->last_out = &ctx->out;
+
+    while (ctx->busy) {
+
+        cl = ctx->busy;
+        b = cl->buf;
+
+        if (ngx_buf_size(b) != 0) {
+            break;
+        }
+
+        ctx->busy = cl->next;
+
+        if (b->tag != (ngx_buf_tag_t) &ngx_http_esi_module) {
+            ngx_free_chain(r->pool, cl);
+            continue;
+        }
+
+        if (b->shadow) {
+            for (h = ctx->held; h; h = h->next) {
+                if (h->buf == b->shadow && h->refs) {
+                    h->refs--;
+                    break;
+                }
+            }
+        }
+
+        if (ngx_buf_in_memory(b)) {
+            cl->next = ctx->free;
+            ctx->free = cl;
+        }
+    }
+
+    ngx_http_esi_release(ctx);
+
+    return rc;
+}
+
+
+/* input is consumed once esid released it and its output went out */
+
+static void
+ngx_http_esi_release(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_request_t   *r;
+    ngx_http_esi_held_t  *h;
+
+    while (ctx->held) {
+        h = ctx->held;
+
+        if (h->refs || h->end > ctx->released) {
+            break;
+        }
+
+        h->buf->pos = h->buf->last;
+
+        ctx->held = h->next;
+        h->next = ctx->free_held;
+        ctx->free_held = h;
+    }
+
+    if (ctx->held == NULL) {
+        ctx->last_held = &ctx->held;
+    }
+
+    r = ctx->request;
+
+    if (ctx->held || ctx->out || (!ctx->done && !ctx->fallen)) {
+        r->buffered |= NGX_HTTP_ESI_BUFFERED;
+
+    } else {
+        r->buffered &= ~NGX_HTTP_ESI_BUFFERED;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_esi_status_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_esi_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
+
+    if (ctx == NULL || ctx->status == NGX_HTTP_ESI_STATUS_NONE) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = ngx_http_esi_status_names[ctx->status].len;
+    v->data = ngx_http_esi_status_names[ctx->status].data;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_esi_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_esi_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_esi_main_conf_t  *emcf;
+
+    emcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_esi_main_conf_t));
+    if (emcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     emcf->daemon = { 0, NULL };
+     *     emcf->url = { 0 };
+     */
+
+    emcf->timeout = NGX_CONF_UNSET_MSEC;
+    emcf->used = 0;
+
+    return emcf;
+}
+
+
+static char *
+ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_esi_main_conf_t *emcf = conf;
+
+    ngx_conf_init_msec_value(emcf->timeout, 2000);
+
+    if (emcf->daemon.data == NULL) {
+        ngx_str_set(&emcf->daemon, "unix:/run/esid/esid.sock");
+    }
+
+    emcf->url.url = emcf->daemon;
+    emcf->url.no_resolve = 1;
+
+    if (ngx_parse_url(cf->pool, &emcf->url) != NGX_OK
+        || emcf->url.naddrs == 0
+        || emcf->url.addrs[0].sockaddr->sa_family != AF_UNIX)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"esi_daemon\" must be \"unix:PATH\", not \"%V\"",
+                           &emcf->daemon);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    elcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_esi_loc_conf_t));
+    if (elcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     elcf->types = { NULL };
+     *     elcf->types_keys = NULL;
+     */
+
+    elcf->enable = NGX_CONF_UNSET;
+    elcf->silent_errors = NGX_CONF_UNSET;
+    elcf->fallback = NGX_CONF_UNSET_UINT;
+    elcf->buffer_size = NGX_CONF_UNSET_SIZE;
+    elcf->max_depth = NGX_CONF_UNSET;
+
+    return elcf;
+}
+
+
+static char *
+ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_esi_loc_conf_t *prev = parent;
+    ngx_http_esi_loc_conf_t *conf = child;
+
+    ngx_http_esi_main_conf_t  *emcf;
+
+    ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_value(conf->silent_errors, prev->silent_errors, 0);
+    ngx_conf_merge_uint_value(conf->fallback, prev->fallback,
+                              NGX_HTTP_ESI_PASSTHROUGH);
+    ngx_conf_merge_size_value(conf->buffer_size, prev->buffer_size,
+                              16 * 1024);
+    ngx_conf_merge_value(conf->max_depth, prev->max_depth, 5);
+
+    if (conf->buffer_size < 8) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"esi_buffer_size\" is too small");
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_merge_types(cf, &conf->types_keys, &conf->types,
+                             &prev->types_keys, &prev->types,
+                             ngx_http_html_default_types)
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->enable) {
+        emcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_module);
+        emcf->used = 1;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_esi_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_esi_body_filter;
+
+    return NGX_OK;
+}
