@@ -1,0 +1,476 @@
+#include "parser/parser.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace esi {
+namespace {
+
+struct Parse {
+  std::string assembled;              // the page as a client would see it
+  std::vector<std::string> warnings;  // "offset: what"
+};
+
+// Feeds a page to a parser, applies what it reports to the page, and checks
+// the streaming promises as they are made.
+class Assembler final : public ParserSink {
+ public:
+  explicit Assembler(std::string_view page, ParserLimits limits = {})
+      : page_(page), parser_(*this, limits) {}
+
+  void feedTo(size_t end) {
+    const size_t start = fed_;
+    fed_ = end;
+    parser_.feed(page_.substr(start, end - start));
+    const uint64_t released = parser_.released();
+    EXPECT_GE(released, released_);
+    EXPECT_LE(released, fed_);
+    released_ = released;
+  }
+
+  Parse finish() {
+    parser_.finish();
+    EXPECT_EQ(parser_.released(), fed_);
+    return std::move(result_);
+  }
+
+  void verbatim(uint64_t offset, uint64_t length) override {
+    EXPECT_GT(length, 0u);
+    EXPECT_GE(offset, verbatimEnd_);
+    EXPECT_GE(offset, released_);
+    EXPECT_GE(offset, parser_.released());
+    EXPECT_LE(offset + length, fed_);
+    verbatimEnd_ = offset + length;
+    result_.assembled += page_.substr(offset, length);
+  }
+
+  void include(std::string_view src, std::string_view alt,
+               bool continueOnError) override {
+    EXPECT_FALSE(src.empty());
+    result_.assembled += "[include " + std::string(src) + "|" +
+                         std::string(alt) + "|" +
+                         (continueOnError ? "continue" : "") + "]";
+  }
+
+  void warning(uint64_t offset, std::string_view what) override {
+    EXPECT_LE(offset, fed_);
+    result_.warnings.push_back(std::to_string(offset) + ": " +
+                               std::string(what));
+  }
+
+ private:
+  const std::string_view page_;
+  size_t fed_ = 0;
+  uint64_t released_ = 0;
+  uint64_t verbatimEnd_ = 0;
+  Parse result_;
+  Parser parser_;
+};
+
+// The page cut into chunks at the given ascending offsets.
+Parse parseChunks(std::string_view page, const std::vector<size_t>& cuts,
+                  ParserLimits limits = {}) {
+  Assembler assembler(page, limits);
+  for (const size_t cut : cuts) assembler.feedTo(cut);
+  assembler.feedTo(page.size());
+  return assembler.finish();
+}
+
+Parse parseWhole(std::string_view page, ParserLimits limits = {}) {
+  return parseChunks(page, {}, limits);
+}
+
+Parse parseBytewise(std::string_view page, ParserLimits limits = {}) {
+  std::vector<size_t> cuts;
+  for (size_t cut = 1; cut < page.size(); ++cut) cuts.push_back(cut);
+  return parseChunks(page, cuts, limits);
+}
+
+void expectSameParse(const Parse& actual, const Parse& expected) {
+  EXPECT_EQ(actual.assembled, expected.assembled);
+  EXPECT_EQ(actual.warnings, expected.warnings);
+}
+
+// The page assembles to expected with that many warnings, whether it comes
+// whole, in two chunks cut anywhere, or one byte at a time.
+void expectAssembled(std::string_view page, std::string_view expected,
+                     size_t warnings, ParserLimits limits = {}) {
+  const Parse whole = parseWhole(page, limits);
+  EXPECT_EQ(whole.assembled, expected);
+  EXPECT_EQ(whole.warnings.size(), warnings)
+      << ::testing::PrintToString(whole.warnings);
+  for (size_t cut = 0; cut <= page.size(); ++cut) {
+    SCOPED_TRACE("cut at " + std::to_string(cut));
+    expectSameParse(parseChunks(page, {cut}, limits), whole);
+  }
+  SCOPED_TRACE("byte by byte");
+  expectSameParse(parseBytewise(page, limits), whole);
+}
+
+// --------------------------------------------------------------------------
+// Text
+
+TEST(Parser, TextWithoutEsiIsVerbatim) {
+  expectAssembled("hello <b>world</b> a < b > c <e <es <esi <!- <![CDA",
+                  "hello <b>world</b> a < b > c <e <es <esi <!- <![CDA", 0);
+}
+
+TEST(Parser, EmptyPageIsEmpty) { expectAssembled("", "", 0); }
+
+TEST(Parser, TagNamesAreCaseSensitive) {
+  expectAssembled(R"(<ESI:include src="/x"/><Esi:remove>a</Esi:remove>)",
+                  R"(<ESI:include src="/x"/><Esi:remove>a</Esi:remove>)", 0);
+}
+
+TEST(Parser, EsiInsideHtmlAttributesIsProcessed) {
+  expectAssembled(R"(<a href="<esi:include src='/x'/>">)",
+                  R"(<a href="[include /x||]">)", 0);
+}
+
+// --------------------------------------------------------------------------
+// <esi:include>
+
+TEST(Parser, SelfClosingIncludeIsReplaced) {
+  expectAssembled(R"(a<esi:include src="/x"/>b)", "a[include /x||]b", 0);
+}
+
+TEST(Parser, IncludeWithEndTagIsReplaced) {
+  expectAssembled(R"(a<esi:include src="/x"></esi:include>b)",
+                  "a[include /x||]b", 0);
+}
+
+TEST(Parser, IncludeCarriesAltAndOnerrorContinue) {
+  expectAssembled(R"(<esi:include src="/x" alt="/y" onerror="continue"/>)",
+                  "[include /x|/y|continue]", 0);
+}
+
+TEST(Parser, IncludeAttributesTakeEitherQuoteAndAnyWhitespace) {
+  expectAssembled(
+      "<esi:include\tsrc='/x'\r\n alt = \"/y\"\n\tonerror='continue'\n/>",
+      "[include /x|/y|continue]", 0);
+}
+
+TEST(Parser, IncludeAttributesAreEntityDecoded) {
+  expectAssembled(
+      "<esi:include src=\"/x?a=1&amp;b=&lt;&gt;&quot;&apos;&#65;&#x42;"
+      "&#x10FFFF;&#233;\" alt=\"&bogus;&amp&#xZZ;&#0;&#55296;&#X41;&;\"/>",
+      "[include /x?a=1&b=<>\"'AB\xf4\x8f\xbf\xbf\xc3\xa9|"
+      "&bogus;&amp&#xZZ;&#0;&#55296;&#X41;&;|]",
+      0);
+}
+
+TEST(Parser, IncludeOnerrorOtherThanContinueIsIgnoredWithWarning) {
+  expectAssembled(R"(<esi:include src="/x" onerror="abort"/>)",
+                  "[include /x||]", 1);
+}
+
+TEST(Parser, IncludeWithoutSrcIsDroppedWithWarning) {
+  expectAssembled(R"(a<esi:include alt="/y"/>b)", "ab", 1);
+  expectAssembled(R"(a<esi:include src=""/>b)", "ab", 1);
+  expectAssembled(R"(a<esi:include/>b)", "ab", 1);
+}
+
+TEST(Parser, IncludeIgnoresUnknownAttributes) {
+  expectAssembled(R"(<esi:include data-x="1" src="/x" foo='b"r'/>)",
+                  "[include /x||]", 0);
+}
+
+TEST(Parser, IncludeAttributeNamesAreCaseSensitive) {
+  expectAssembled(R"(a<esi:include SRC="/x"/>b)", "ab", 1);
+}
+
+TEST(Parser, IncludeAcceptsAnUnquotedValueLikeVarnish) {
+  expectAssembled(R"(<esi:include src=/x?a=1 />)", "[include /x?a=1||]", 0);
+}
+
+TEST(Parser, GreaterThanInsideQuotesBelongsToTheValue) {
+  expectAssembled(R"(<esi:include src="/x?a>b" alt='>'/>)",
+                  "[include /x?a>b|>|]", 0);
+}
+
+TEST(Parser, IncludeWithMalformedAttributesIsDroppedWithWarning) {
+  expectAssembled(R"(a<esi:include src="/x" async/>b)", "ab", 1);
+  expectAssembled(R"(a<esi:include ="/x"/>b)", "ab", 1);
+  expectAssembled(R"(a<esi:include src="/x" / >b)", "ab", 1);
+}
+
+TEST(Parser, IncludeWithTwoSrcIsDroppedWithWarning) {
+  expectAssembled(R"(a<esi:include src="/x" src="/y"/>b)", "ab", 1);
+}
+
+TEST(Parser, IncludeOpenAtFinishIsVerbatimWithWarning) {
+  expectAssembled(R"(a<esi:include src="/x")", R"(a<esi:include src="/x")", 1);
+  expectAssembled(R"(a<esi:include src="/x" /)", R"(a<esi:include src="/x" /)",
+                  1);
+  expectAssembled(R"(a<esi:include src="/x>)", R"(a<esi:include src="/x>)", 1);
+}
+
+TEST(Parser, LessThanInsideAnEsiTagStartsTheNextOne) {
+  expectAssembled(R"(<esi:include src="/x" <esi:include src="/y"/>)",
+                  R"(<esi:include src="/x" [include /y||])", 1);
+}
+
+TEST(Parser, TagLongerThanTheLimitIsTextWithWarning) {
+  const std::string longTag =
+      "<esi:include src=\"/" + std::string(40, 'a') + "\"/>";
+  expectAssembled(longTag + "b<esi:include src=\"/y\"/>",
+                  longTag + "b[include /y||]", 1, ParserLimits{32});
+  // A tag of exactly the limit still counts.
+  expectAssembled("<esi:include src=\"/y\"/>", "[include /y||]", 0,
+                  ParserLimits{23});
+}
+
+// --------------------------------------------------------------------------
+// <esi:remove>
+
+TEST(Parser, RemoveDropsItsContentAndAnyEsiInside) {
+  expectAssembled(
+      R"(a<esi:remove>b<esi:include src="/x"/>c<!--esi d-->e<esi:foo/>)"
+      R"(</esi:remove>f)",
+      "af", 0);
+}
+
+TEST(Parser, NestedRemoveEndsAtItsMatchingCloseWithWarning) {
+  expectAssembled("a<esi:remove>b<esi:remove>c</esi:remove>d</esi:remove>e",
+                  "ae", 1);
+}
+
+TEST(Parser, UnclosedRemoveDropsTheRestWithWarningAtFinish) {
+  expectAssembled(R"(a<esi:remove>b<esi:include src="/x"/>c)", "a", 1);
+}
+
+TEST(Parser, EmptyRemoveRemovesNothingWithWarning) {
+  expectAssembled("a<esi:remove/>b", "ab", 1);
+}
+
+TEST(Parser, HtmlCommentInsideRemoveHidesItsClose) {
+  expectAssembled("a<esi:remove><!--</esi:remove>--></esi:remove>b", "ab", 0);
+}
+
+// --------------------------------------------------------------------------
+// <!--esi -->, <esi:comment>, <esi:vars>, unknown tags
+
+TEST(Parser, EsiCommentMarkersAreStrippedAndContentProcessed) {
+  expectAssembled(R"(a<!--esi b<esi:include src="/x"/>c-->d)",
+                  "a b[include /x||]cd", 0);
+  expectAssembled("a<!--esi-->b", "ab", 0);
+}
+
+TEST(Parser, EsiCommentEndsAtTheFirstDoubleDashBeforeGreaterThan) {
+  expectAssembled("<!--esi a--->b", " a-b", 0);
+  expectAssembled("<!--esi a- -> -- >-- ->", " a- -> -- >-- ->", 1);
+  expectAssembled("<!--esi a--<b>-->c", " a--<b>c", 0);
+}
+
+TEST(Parser, HtmlCommentInsideEsiCommentStaysVerbatim) {
+  expectAssembled("<!--esi a<!-- b -->c-->d", " a<!-- b -->cd", 0);
+}
+
+TEST(Parser, UnclosedEsiCommentWarnsAtFinish) {
+  expectAssembled("a<!--esi b--", "a b--", 1);
+}
+
+TEST(Parser, CommentTagIsDropped) {
+  expectAssembled(R"(a<esi:comment text="hi"/>b)", "ab", 0);
+  expectAssembled(R"(a<esi:comment text="hi"></esi:comment>b)", "ab", 0);
+}
+
+TEST(Parser, VarsTagsAreStrippedAndTheirContentProcessed) {
+  expectAssembled(
+      R"(a<esi:vars>b $(HTTP_HOST) <esi:include src="/x"/></esi:vars>c)",
+      "ab $(HTTP_HOST) [include /x||]c", 0);
+}
+
+TEST(Parser, UnknownEsiTagsPassThroughWithWarning) {
+  expectAssembled(R"(a<esi:choose>b<esi:when test="1"/></esi:choose>c<esi:>)",
+                  R"(a<esi:choose>b<esi:when test="1"/></esi:choose>c<esi:>)",
+                  4);
+}
+
+TEST(Parser, StrayEndTagsAreDroppedWithWarning) {
+  expectAssembled("a</esi:remove>b</esi:include>c</esi:vars>d", "abcd", 3);
+}
+
+// --------------------------------------------------------------------------
+// HTML comments and CDATA
+
+TEST(Parser, HtmlCommentIsVerbatimAndHidesEsi) {
+  expectAssembled(R"(a<!-- <esi:include src="/x"/> -- --->b)",
+                  R"(a<!-- <esi:include src="/x"/> -- --->b)", 0);
+  expectAssembled("a<!---->b<!--e-->c", "a<!---->b<!--e-->c", 0);
+}
+
+TEST(Parser, CdataIsVerbatimAndHidesEsi) {
+  expectAssembled(
+      R"(a<![CDATA[ <esi:include src="/x"/> ]]]>b<esi:include src="/y"/>)",
+      R"(a<![CDATA[ <esi:include src="/x"/> ]]]>b[include /y||])", 0);
+}
+
+TEST(Parser, UnclosedHtmlCommentOrCdataIsVerbatimWithWarning) {
+  expectAssembled("a<!-- b", "a<!-- b", 1);
+  expectAssembled("a<!--e", "a<!--e", 1);
+  expectAssembled("a<!--", "a<!--", 1);
+  expectAssembled("a<![CDATA[ b", "a<![CDATA[ b", 1);
+}
+
+// --------------------------------------------------------------------------
+// Streaming
+
+const char MIXED_PAGE[] =
+    "<html><head><!-- a comment with <esi:include src=\"/no\"/> --></head>\n"
+    "<body class='x'>\n"
+    "<esi:include src=\"/frag?a=1&amp;b=2\" alt='/alt?c=3&amp;d=4' "
+    "onerror=\"continue\"/>\n"
+    "<esi:remove><a href=\"/fallback\">fallback</a>"
+    "<esi:include src=\"/removed\"/></esi:remove>\n"
+    "<!--esi <p>hidden from browsers <esi:include src=\"frag2\"/></p> -->\n"
+    "<esi:comment text=\"dropped\"/>\n"
+    "<esi:vars><p>$(HTTP_COOKIE{id})</p></esi:vars>\n"
+    "<esi:try><esi:attempt>tried</esi:attempt></esi:try>\n"
+    "<script><![CDATA[ if (a < b) { '<esi:include src=\"/no\"/>' } ]]>"
+    "</script>\n"
+    "<esi:include\n\tsrc = '/odd' alt=\"/q&quot;uote\" \n></esi:include>"
+    "<esi:include src=/bare />\n"
+    "</esi:remove><esi:include src=\"\"/><ESI:include src=\"/upper\"/>\n"
+    "</body></html>\n";
+
+const char MIXED_PAGE_ASSEMBLED[] =
+    "<html><head><!-- a comment with <esi:include src=\"/no\"/> --></head>\n"
+    "<body class='x'>\n"
+    "[include /frag?a=1&b=2|/alt?c=3&d=4|continue]\n"
+    "\n"
+    " <p>hidden from browsers [include frag2||]</p> \n"
+    "\n"
+    "<p>$(HTTP_COOKIE{id})</p>\n"
+    "<esi:try><esi:attempt>tried</esi:attempt></esi:try>\n"
+    "<script><![CDATA[ if (a < b) { '<esi:include src=\"/no\"/>' } ]]>"
+    "</script>\n"
+    "[include /odd|/q\"uote|][include /bare||]\n"
+    "<ESI:include src=\"/upper\"/>\n"
+    "</body></html>\n";
+
+TEST(Parser, MixedPageSplitAnywhereOrFedByteByByteIsAssembled) {
+  // try, attempt and their two end tags; the stray remove; the empty src.
+  expectAssembled(MIXED_PAGE, MIXED_PAGE_ASSEMBLED, 6);
+}
+
+TEST(Parser, RandomPagesInRandomChunksAssembleAsWhole) {
+  const std::vector<std::string> pieces = {
+      "text ", "<", ">", "-", "--", "-->", "]]>", "'", "\"", "=", " ", "\n",
+      "/", "<e", "<es", "<esi", "<esi:", "</esi:", "<!-", "<!--", "<!--e",
+      "<!--esi", "<![CDATA[", "<esi:include src=\"/a&amp;b\"/>",
+      "<esi:include src='/x' alt=\"/y\" onerror=\"continue\">",
+      "</esi:include>", "<esi:include", " src=", "\"/q\"", "/>",
+      "<esi:remove>", "</esi:remove>", "<esi:comment text='c'/>", "<esi:vars>",
+      "</esi:vars>", "<esi:foo a='>'>", "</esi:foo>", "<b class=\"c\">",
+      "&amp;", "&#x41;",
+  };
+  std::mt19937 random(20240611);
+  for (int iteration = 0; iteration < 3000; ++iteration) {
+    std::string page;
+    const int count = std::uniform_int_distribution<>(1, 40)(random);
+    for (int i = 0; i < count; ++i) {
+      page += pieces[std::uniform_int_distribution<size_t>(
+          0, pieces.size() - 1)(random)];
+    }
+    // Some pages run into a small tag limit.
+    const ParserLimits limits{iteration % 2 == 0 ? 8192u : 24u};
+
+    std::vector<size_t> cuts;
+    const int maxChunk = iteration % 3 == 0 ? 3 : 40;
+    for (size_t at = 0;;) {
+      at += std::uniform_int_distribution<>(1, maxChunk)(random);
+      if (at >= page.size()) break;
+      cuts.push_back(at);
+    }
+    SCOPED_TRACE(page);
+    expectSameParse(parseChunks(page, cuts, limits), parseWhole(page, limits));
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// Checks only what a large page needs, without keeping its bytes.
+class CountingSink final : public ParserSink {
+ public:
+  void verbatim(uint64_t, uint64_t length) override { verbatimBytes += length; }
+  void include(std::string_view, std::string_view, bool) override {
+    ++includes;
+  }
+  void warning(uint64_t, std::string_view) override { ++warnings; }
+
+  uint64_t verbatimBytes = 0;
+  int includes = 0;
+  int warnings = 0;
+};
+
+// Feeds about 8 MB of text in 64 KB chunks, after `before`, then `after`,
+// checking after each chunk that released() trails by less than a tag.
+void expectReleasedKeepsUp(CountingSink& sink, std::string_view before,
+                           std::string_view after) {
+  const ParserLimits limits;
+  Parser parser(sink, limits);
+  std::string chunk(64 * 1024, 'x');
+  for (size_t i = 0; i < chunk.size(); i += 80) chunk[i] = '\n';
+  parser.feed(before);
+  uint64_t fed = before.size();
+  for (int i = 0; i < 128; ++i) {
+    parser.feed(chunk);
+    fed += chunk.size();
+    ASSERT_GE(parser.released() + limits.maxTagBytes, fed);
+  }
+  parser.feed(after);
+  fed += after.size();
+  parser.finish();
+  EXPECT_EQ(parser.released(), fed);
+}
+
+TEST(Parser, ReleasedKeepsUpWithLargeText) {
+  CountingSink sink;
+  expectReleasedKeepsUp(sink, "<p>", "</p>");
+  EXPECT_EQ(sink.verbatimBytes, 128u * 64 * 1024 + 7);
+  EXPECT_EQ(sink.warnings, 0);
+}
+
+TEST(Parser, ReleasedKeepsUpPastAnUnterminatedLongTag) {
+  CountingSink sink;
+  expectReleasedKeepsUp(sink, "<esi:include src=\"", "<esi:include src=/x/>");
+  EXPECT_EQ(sink.verbatimBytes, 128u * 64 * 1024 + 18);
+  EXPECT_EQ(sink.includes, 1);
+  EXPECT_EQ(sink.warnings, 1);
+}
+
+TEST(Parser, ReleasedKeepsUpInsideRemove) {
+  CountingSink sink;
+  expectReleasedKeepsUp(sink, "a<esi:remove>", "</esi:remove>b");
+  EXPECT_EQ(sink.verbatimBytes, 2u);
+}
+
+TEST(Parser, ReleasedKeepsUpInsideAnHtmlComment) {
+  CountingSink sink;
+  expectReleasedKeepsUp(sink, "<!--", "-->");
+  EXPECT_EQ(sink.verbatimBytes, 128u * 64 * 1024 + 7);
+}
+
+TEST(Parser, ReleasedHoldsBackOnlyWhatMayStillGoOut) {
+  CountingSink sink;
+  Parser parser(sink);
+  parser.feed("abc<es");
+  EXPECT_EQ(parser.released(), 3u);
+  EXPECT_EQ(sink.verbatimBytes, 3u);
+  parser.feed("t>");
+  EXPECT_EQ(parser.released(), 8u);
+  EXPECT_EQ(sink.verbatimBytes, 8u);
+  parser.feed("<!--esi a--");
+  EXPECT_EQ(parser.released(), 17u);
+  parser.feed(">");
+  EXPECT_EQ(parser.released(), 20u);
+  parser.feed("<esi:remove>b<esi:incl");
+  EXPECT_EQ(parser.released(), 42u);
+  EXPECT_EQ(sink.verbatimBytes, 10u);
+}
+
+}  // namespace
+}  // namespace esi
