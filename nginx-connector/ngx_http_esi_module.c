@@ -174,7 +174,7 @@ typedef struct {
     ngx_event_t                reconnect;
     ngx_event_t                wake_event;
     ngx_msec_t                 backoff;
-    ngx_uint_t                 failures;
+    ngx_err_t                  last_err;    /* of the last failed connect */
 
     uint64_t                   hello[4];
     size_t                     hello_sent;
@@ -511,7 +511,8 @@ ngx_http_esi_connect(ngx_http_esi_daemon_t *d)
         /* AF_UNIX connects at once: EAGAIN means a full backlog */
 
         err = ngx_socket_errno;
-        level = d->failures++ ? NGX_LOG_DEBUG : NGX_LOG_WARN;
+        level = (err == d->last_err) ? NGX_LOG_DEBUG : NGX_LOG_WARN;
+        d->last_err = err;
 
         ngx_log_error(level, d->log, err,
                       "esi: connect() to %V failed", &d->conf->daemon);
@@ -540,7 +541,11 @@ ngx_http_esi_connect(ngx_http_esi_daemon_t *d)
 
     c->read->handler = ngx_http_esi_socket_handler;
     c->write->handler = ngx_http_esi_hello_handler;
+    c->read->log = d->log;
+    c->write->log = d->log;
     c->read->cancelable = 1;
+    c->recv = ngx_recv;
+    c->send = ngx_send;
 
     if (esi_wire_finish(&b) != sizeof(d->hello)
         || ngx_handle_read_event(c->read, 0) != NGX_OK)
@@ -902,7 +907,7 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
 
     d->state = NGX_HTTP_ESI_READY;
     d->backoff = NGX_HTTP_ESI_BACKOFF_MIN;
-    d->failures = 0;
+    d->last_err = 0;
 
     ngx_log_error(NGX_LOG_INFO, d->log, 0,
                   "esi: attached to esid pid %uD, ring %uD bytes",
