@@ -1,0 +1,131 @@
+#include "variants/cache_file.h"
+
+#include <cstring>
+
+namespace esi {
+
+namespace {
+
+// ngx_http_file_cache_header_t on x86-64, NGX_HTTP_CACHE_VERSION 5.
+constexpr uint64_t kVersion = 5;
+constexpr size_t kHeaderStartAt = 54;
+constexpr size_t kBodyStartAt = 56;
+constexpr size_t kVaryLenAt = 187;
+constexpr size_t kVaryAt = 188;
+constexpr size_t kVaryMax = 128;
+constexpr size_t kVariantAt = 316;
+constexpr size_t kHeaderSize = 336;
+constexpr std::string_view kKeyPrefix = "\nKEY: ";
+
+template <typename T>
+T load(std::string_view bytes, size_t at) {
+  T value;
+  std::memcpy(&value, bytes.data() + at, sizeof(T));
+  return value;
+}
+
+bool equalsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void splitTags(std::string_view value, std::vector<std::string>& out) {
+  size_t i = 0;
+  while (i < value.size()) {
+    while (i < value.size() && (value[i] == ' ' || value[i] == '\t' || value[i] == ',')) ++i;
+    size_t end = i;
+    while (end < value.size() && value[end] != ' ' && value[end] != '\t' && value[end] != ',') ++end;
+    if (end > i) out.emplace_back(value.substr(i, end - i));
+    i = end;
+  }
+}
+
+// Surrogate-Key and xkey from a raw "HTTP/1.1 200 OK\r\nName: value\r\n..."
+void readTags(std::string_view response, std::vector<std::string>& tags) {
+  size_t line = response.find("\r\n");
+  while (line != std::string_view::npos) {
+    line += 2;
+    const size_t end = response.find("\r\n", line);
+    if (end == std::string_view::npos || end == line) return;
+    std::string_view header = response.substr(line, end - line);
+    const size_t colon = header.find(':');
+    if (colon != std::string_view::npos) {
+      std::string_view name = header.substr(0, colon);
+      if (equalsIgnoreCase(name, "Surrogate-Key") || equalsIgnoreCase(name, "xkey")) {
+        splitTags(header.substr(colon + 1), tags);
+      }
+    }
+    line = end;
+  }
+}
+
+}  // namespace
+
+std::optional<CacheFile> parseCacheFile(std::string_view head, std::string* why) {
+  auto refuse = [why](const char* reason) {
+    *why = reason;
+    return std::nullopt;
+  };
+  if (head.size() < kHeaderSize + kKeyPrefix.size()) return refuse("shorter than a cache header");
+  if (load<uint64_t>(head, 0) != kVersion) return refuse("not a version 5 cache file");
+
+  const size_t headerStart = load<uint16_t>(head, kHeaderStartAt);
+  const size_t bodyStart = load<uint16_t>(head, kBodyStartAt);
+  if (headerStart < kHeaderSize + kKeyPrefix.size() || bodyStart < headerStart) {
+    return refuse("header offsets out of order");
+  }
+  if (head.substr(kHeaderSize, kKeyPrefix.size()) != kKeyPrefix) return refuse("no KEY line");
+
+  // The key runs up to the "\n" just before header_start.
+  const size_t keyEnd = std::min(headerStart, head.size()) - 1;
+  if (keyEnd < kHeaderSize + kKeyPrefix.size() || head[keyEnd] != '\n') {
+    return refuse("KEY line does not end where the response begins");
+  }
+
+  CacheFile file;
+  file.key.assign(head.substr(kHeaderSize + kKeyPrefix.size(),
+                              keyEnd - kHeaderSize - kKeyPrefix.size()));
+  std::memcpy(file.variant.data(), head.data() + kVariantAt, file.variant.size());
+  const size_t varyLen = static_cast<uint8_t>(head[kVaryLenAt]);
+  if (varyLen > kVaryMax) return refuse("Vary longer than NGINX stores");
+  file.vary.assign(head.substr(kVaryAt, varyLen));
+
+  if (headerStart < head.size()) {
+    readTags(head.substr(headerStart, std::min(bodyStart, head.size()) - headerStart), file.tags);
+  }
+  return file;
+}
+
+std::optional<Md5> md5FromHex(std::string_view hex) {
+  if (hex.size() != 32) return std::nullopt;
+  Md5 out;
+  for (size_t i = 0; i < 16; ++i) {
+    int byte = 0;
+    for (char c : hex.substr(i * 2, 2)) {
+      byte <<= 4;
+      if (c >= '0' && c <= '9') byte |= c - '0';
+      else if (c >= 'a' && c <= 'f') byte |= c - 'a' + 10;
+      else return std::nullopt;  // NGINX writes lowercase only
+    }
+    out[i] = static_cast<uint8_t>(byte);
+  }
+  return out;
+}
+
+std::string md5ToHex(const Md5& md5) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (size_t i = 0; i < 16; ++i) {
+    out[2 * i] = kDigits[md5[i] >> 4];
+    out[2 * i + 1] = kDigits[md5[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace esi

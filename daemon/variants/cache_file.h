@@ -1,0 +1,39 @@
+// Reads what esid needs from one of NGINX's proxy_cache files: the key it was
+// stored under, which variant of that key it is, and the purge tags its
+// response carried.  Layout: ngx_http_file_cache_header_t, version 5, x86-64
+// (see ../shared/NOTES.md), then "\nKEY: <key>\n", then the raw upstream
+// response from header_start.
+
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace esi {
+
+using Md5 = std::array<uint8_t, 16>;
+
+struct CacheFile {
+  std::string key;                // the proxy_cache_key text
+  Md5 variant{};                  // all zero unless stored under a Vary hash
+  std::string vary;               // the Vary value it was stored with
+  std::vector<std::string> tags;  // Surrogate-Key and xkey values
+};
+
+// How many leading bytes of a file parseCacheFile needs at most: the header
+// block is addressed with 16-bit offsets.
+constexpr size_t kCacheFileHeadBytes = 65536;
+
+// Parses the head of a cache file.  Returns nullopt with *why set when it is
+// not a cache file this NGINX version wrote.
+std::optional<CacheFile> parseCacheFile(std::string_view head, std::string* why);
+
+// "5bf0639767f3e9eaad729b54037a7e2a" -> bytes, for a cache file's name.
+std::optional<Md5> md5FromHex(std::string_view hex);
+std::string md5ToHex(const Md5& md5);
+
+}  // namespace esi
