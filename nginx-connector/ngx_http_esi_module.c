@@ -2634,7 +2634,9 @@ ngx_http_esi_release(ngx_http_esi_ctx_t *ctx)
 
     r = ctx->request;
 
-    if (ctx->held || ctx->out || (!ctx->done && !ctx->fallen)) {
+    /* output waiting further down is not ours to report */
+
+    if (ctx->out || (!ctx->done && !ctx->fallen)) {
         r->buffered |= NGX_HTTP_ESI_BUFFERED;
 
     } else {
