@@ -1,0 +1,149 @@
+// The connector's C reader (nginx-connector/esi_wire.c) on any bytes, walked
+// the way ngx_http_esi_module.c walks what esid sends: a Welcome's fields, a
+// Response's stream and union, a Splice, its instruction list, each
+// verbatim's fields and each include's texts, or a fail reason.  Whatever
+// the bytes, nothing is read outside the message (ASan, and the explicit
+// checks below), every Text is as long as strlen says, and the work a
+// message can cause is bounded by its size.
+//
+// Input: one ring record payload, copied to a buffer of exactly its size
+// (malloc'd, so 8-byte aligned as the ring guarantees).
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "esi_wire.h"
+#include "fuzz_check.h"
+
+namespace {
+
+// esi_wire.c's ESI_WIRE_BUDGET_FACTOR: words a message may make a reader
+// traverse, per word of the message.  Cap'n Proto counts each element of a
+// list of zero-sized structs as one word for this.
+constexpr size_t kBudgetFactor = 8;
+
+struct Bounds {
+  const uint8_t* begin;
+  const uint8_t* end;
+
+  bool contains(const void* p, size_t n) const {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return b >= begin && b <= end && n <= static_cast<size_t>(end - b);
+  }
+};
+
+unsigned sink;  // keeps the reads below from being optimised away
+
+void touch(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) sink += b[i];
+}
+
+void checkStruct(const Bounds& seg, const esi_wire_struct_t& s) {
+  FUZZ_CHECK(seg.contains(s.data, s.data_bytes));
+  FUZZ_CHECK(s.ptrs == s.data + s.data_bytes);
+  FUZZ_CHECK(seg.contains(s.ptrs, size_t{s.ptr_count} * 8));
+  touch(s.data, s.data_bytes + size_t{s.ptr_count} * 8);
+}
+
+void checkText(const Bounds& seg, const esi_wire_struct_t& s, unsigned ptr) {
+  const char* p = nullptr;
+  size_t len = 0;
+  if (esi_wire_get_text(&s, ptr, &p, &len) != 0) return;
+  FUZZ_CHECK(p != nullptr);
+  if (len > 0) FUZZ_CHECK(seg.contains(p, len + 1));
+  FUZZ_CHECK(std::strlen(p) == len);
+}
+
+void walkInclude(const Bounds& seg, const esi_wire_struct_t& instruction) {
+  esi_wire_struct_t include;
+  if (esi_wire_get_struct(&instruction, ESI_WIRE_INSTRUCTION_INCLUDE_PTR,
+                          &include) != 0) {
+    return;
+  }
+  checkStruct(seg, include);
+  sink += esi_wire_bool(&include, ESI_WIRE_INCLUDE_CONTINUE_ON_ERROR_BIT);
+  checkText(seg, include, ESI_WIRE_INCLUDE_PATH_PTR);
+  checkText(seg, include, ESI_WIRE_INCLUDE_ARGS_PTR);
+  checkText(seg, include, ESI_WIRE_INCLUDE_ALT_PATH_PTR);
+  checkText(seg, include, ESI_WIRE_INCLUDE_ALT_ARGS_PTR);
+}
+
+void walkSplice(const Bounds& seg, const esi_wire_msg_t& msg,
+                const esi_wire_struct_t& root) {
+  esi_wire_struct_t splice;
+  esi_wire_list_t list;
+  if (esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_SPLICE_PTR, &splice) != 0) {
+    return;
+  }
+  checkStruct(seg, splice);
+  if (esi_wire_get_list(&splice, ESI_WIRE_SPLICE_INSTRUCTIONS_PTR, &list) !=
+      0) {
+    return;
+  }
+  sink += esi_wire_u64(&splice, ESI_WIRE_SPLICE_RELEASED_OFFSET);
+  sink += esi_wire_bool(&splice, ESI_WIRE_SPLICE_LAST_BIT);
+
+  const size_t step = (size_t{list.data_words} + list.ptr_count) * 8;
+  FUZZ_CHECK(seg.contains(list.first, size_t{list.count} * step));
+  // The connector allocates an instruction per element before it looks at
+  // the next: a short message must not make it allocate millions.
+  const bool bounded = list.count <= kBudgetFactor * msg.words;
+  FUZZ_CHECK_KNOWN(bounded, "zero-size-list");
+  const uint32_t count =
+      bounded ? list.count : static_cast<uint32_t>(kBudgetFactor * msg.words);
+
+  for (uint32_t i = 0; i < count; ++i) {
+    esi_wire_struct_t instruction;
+    esi_wire_list_at(&list, i, &instruction);
+    checkStruct(seg, instruction);
+    switch (esi_wire_u16(&instruction, ESI_WIRE_INSTRUCTION_WHICH_OFFSET)) {
+      case ESI_WIRE_INSTRUCTION_VERBATIM_WHICH:
+        sink += esi_wire_u64(&instruction,
+                             ESI_WIRE_INSTRUCTION_VERBATIM_OFFSET_OFFSET);
+        sink += esi_wire_u32(&instruction,
+                             ESI_WIRE_INSTRUCTION_VERBATIM_LENGTH_OFFSET);
+        break;
+      case ESI_WIRE_INSTRUCTION_INCLUDE_WHICH:
+        walkInclude(seg, instruction);
+        break;
+      default:
+        return;  // the connector drops the connection here
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::unique_ptr<uint8_t[]> copy(new uint8_t[size]);
+  std::memcpy(copy.get(), data, size);
+
+  esi_wire_msg_t msg;
+  esi_wire_struct_t root;
+  if (esi_wire_open(&msg, copy.get(), size, &root) != 0) return 0;
+
+  FUZZ_CHECK(msg.seg == copy.get() + 8);
+  FUZZ_CHECK(msg.words * 8 == size - 8);
+  const Bounds seg{msg.seg, msg.seg + msg.words * 8};
+  checkStruct(seg, root);
+
+  // As a Welcome (ngx_http_esi_attach).
+  sink += esi_wire_u32(&root, ESI_WIRE_WELCOME_VERSION_OFFSET);
+  sink += esi_wire_u32(&root, ESI_WIRE_WELCOME_RING_SIZE_OFFSET);
+  sink += esi_wire_u32(&root, ESI_WIRE_WELCOME_DAEMON_PID_OFFSET);
+
+  // As a Response (ngx_http_esi_response, ngx_http_esi_splice).
+  sink += esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET);
+  switch (esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET)) {
+    case ESI_WIRE_RESPONSE_SPLICE_WHICH:
+      walkSplice(seg, msg, root);
+      break;
+    case ESI_WIRE_RESPONSE_FAIL_WHICH:
+      checkText(seg, root, ESI_WIRE_RESPONSE_FAIL_PTR);
+      break;
+  }
+  return 0;
+}

@@ -1,0 +1,169 @@
+// Writes the seed wire messages of fuzz_wire_reader and fuzz_daemon_request:
+// valid Responses and Welcomes as esid sends them (Cap'n Proto's C++
+// builder), valid Requests as the connector sends them (the C writer).
+// Run once by hand, outputs committed (README.md):
+//
+//   build-fuzz/fuzz_seed_wire tests/fuzz/corpus
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include "esi.capnp.h"
+#include "esi_wire.h"
+
+namespace {
+
+std::string root;
+
+void save(const std::string& target, const std::string& name,
+          const void* bytes, size_t length) {
+  const std::string path = root + "/" + target + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr || std::fwrite(bytes, 1, length, f) != length ||
+      std::fclose(f) != 0) {
+    std::perror(path.c_str());
+    std::exit(1);
+  }
+}
+
+void saveResponse(const std::string& name, capnp::MessageBuilder& message) {
+  const kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  save("fuzz_wire_reader", name, words.begin(),
+       words.size() * sizeof(capnp::word));
+}
+
+void responses() {
+  {
+    capnp::MallocMessageBuilder message;
+    auto welcome = message.initRoot<esi::wire::Welcome>();
+    welcome.setVersion(esi::wire::PROTOCOL_VERSION);
+    welcome.setRingSize(1 << 20);
+    welcome.setDaemonPid(4242);
+    saveResponse("welcome", message);
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<esi::wire::Response>();
+    response.setStream(1);
+    auto splice = response.initSplice();
+    splice.setReleased(40);
+    splice.setLast(false);
+    auto list = splice.initInstructions(4);
+    auto verbatim = list[0].initVerbatim();
+    verbatim.setOffset(0);
+    verbatim.setLength(12);
+    auto include = list[1].initInclude();
+    include.setPath("/shop/cart");
+    include.setArgs("x=1&y=2");
+    include.setAltPath("/shop/cart-fallback");
+    include.setAltArgs("");
+    include.setContinueOnError(true);
+    auto refused = list[2].initInclude();
+    refused.setPath("");
+    verbatim = list[3].initVerbatim();
+    verbatim.setOffset(30);
+    verbatim.setLength(10);
+    saveResponse("splice-verbatim-include", message);
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<esi::wire::Response>();
+    response.setStream(7);
+    auto splice = response.initSplice();
+    splice.setReleased(1 << 20);
+    splice.setLast(true);
+    splice.initInstructions(0);
+    saveResponse("splice-last-empty", message);
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<esi::wire::Response>();
+    response.setStream(3);
+    response.setFail("parser gave up");
+    saveResponse("fail", message);
+  }
+}
+
+// A Request as the connector writes it (the C writer).
+void saveRequest(const std::string& name, uint32_t stream, uint16_t which,
+                 const std::function<void(esi_wire_out_t*)>& fill) {
+  std::vector<uint64_t> buf(1024);
+  esi_wire_builder_t b;
+  esi_wire_out_t req;
+  esi_wire_builder_init(&b, buf.data(), buf.size() * 8);
+  esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS, ESI_WIRE_REQUEST_POINTERS,
+                &req);
+  esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET, stream);
+  esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET, which);
+  fill(&req);
+  const size_t length = esi_wire_finish(&b);
+  if (length == 0) {
+    std::fprintf(stderr, "%s does not fit\n", name.c_str());
+    std::exit(1);
+  }
+  save("fuzz_daemon_request", name, buf.data(), length);
+}
+
+void body(const std::string& name, uint32_t stream, const std::string& page) {
+  saveRequest(name, stream, ESI_WIRE_REQUEST_BODY_WHICH,
+              [&](esi_wire_out_t* req) {
+                uint8_t* dst = esi_wire_alloc_data(
+                    req, ESI_WIRE_REQUEST_BODY_PTR, page.size());
+                std::memcpy(dst, page.data(), page.size());
+              });
+}
+
+void requests() {
+  // The harness opens stream 1 on /shop/index.html, example.com, first.
+  saveRequest("open-stream-2", 2, ESI_WIRE_REQUEST_OPEN_WHICH,
+              [](esi_wire_out_t* req) {
+                esi_wire_out_t open;
+                esi_wire_set_struct(req, ESI_WIRE_REQUEST_OPEN_PTR,
+                                    ESI_WIRE_OPEN_DATA_WORDS,
+                                    ESI_WIRE_OPEN_POINTERS, &open);
+                esi_wire_set_text(&open, ESI_WIRE_OPEN_URI_PTR, "/a/b.html", 9);
+                esi_wire_set_text(&open, ESI_WIRE_OPEN_AUTHORITY_PTR,
+                                  "example.com:8080", 16);
+              });
+  body("body-includes", 1,
+       "<p>a<esi:include src=\"cart?x=1&amp;y=2\" alt=\"/fallback\" "
+       "onerror=\"continue\"/>b<esi:remove>x</esi:remove>"
+       "<!--esi <esi:include src=\"//example.com/n\"/> -->"
+       "<esi:include src=\"http://evil.example/x\"/>"
+       "<esi:include src=\"../../etc/passwd\"/></p>");
+  body("body-split-tag", 1, "<p>text<esi:incl");
+  body("body-comments", 1,
+       "<!-- c --><![CDATA[<esi:include src=\"/no\"/>]]>"
+       "<esi:vars>$(HTTP_HOST)</esi:vars><esi:comment text=\"x\"/>"
+       "<esi:unknown/></esi:include>");
+  saveRequest("end-stream-1", 1, ESI_WIRE_REQUEST_END_WHICH,
+              [](esi_wire_out_t*) {});
+  saveRequest("cancel-stream-1", 1, ESI_WIRE_REQUEST_CANCEL_WHICH,
+              [](esi_wire_out_t*) {});
+  saveRequest("body-unknown-stream", 9, ESI_WIRE_REQUEST_BODY_WHICH,
+              [](esi_wire_out_t* req) {
+                uint8_t* dst =
+                    esi_wire_alloc_data(req, ESI_WIRE_REQUEST_BODY_PTR, 5);
+                std::memcpy(dst, "hello", 5);
+              });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+    return 2;
+  }
+  root = argv[1];
+  responses();
+  requests();
+  return 0;
+}
