@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -44,7 +45,7 @@ MODULE = os.path.join(BUILD_DIR, "ngx_http_esi_module.so")
 # Hang guards only: nothing asserts on elapsed time.
 START_BOUND = 30.0
 STOP_BOUND = 10.0
-REQUEST_TIMEOUT = 30.0
+REQUEST_TIMEOUT = float(os.environ.get("ESI_REQUEST_TIMEOUT", "30"))
 
 ERROR_MARKER = b"<!-- ESI include error -->"
 
@@ -306,7 +307,10 @@ class EsiTestCase(unittest.TestCase):
                 if SANITIZER_RE.search(line):
                     problems.append("%s: %s" % (proc.name, line))
         if problems:
-            raise AssertionError("after the test:\n" + "\n".join(problems))
+            more = len(problems) - 20
+            raise AssertionError("after the test:\n" + "\n".join(
+                problems[:20] + (["... and %d more" % more] if more > 0
+                                 else [])))
 
     # -- starting things -----------------------------------------------
 
@@ -397,8 +401,31 @@ class EsiTestCase(unittest.TestCase):
     # -- requests --------------------------------------------------------
 
     def fetch(self, path, headers=None, method="GET"):
-        """One request on a new connection; never raises for a bad reply."""
+        """One request on a new connection; never raises for a bad reply.
+
+        The request runs on a helper thread while this one watches
+        error.log, so a worker that crashes fails the test at once instead
+        of after REQUEST_TIMEOUT."""
         self.start()
+        outcome = []
+        client = threading.Thread(
+            target=lambda: outcome.append(self._request(method, path,
+                                                        headers)),
+            daemon=True)
+        client.start()
+        deadline = time.monotonic() + REQUEST_TIMEOUT + 5
+        while client.is_alive() and time.monotonic() < deadline:
+            client.join(0.05)
+            crash = self._crash_lines()
+            if crash:
+                self.fail("%s %s: nginx worker crashed:\n%s" % (
+                    method, path, "\n".join(crash[:5])))
+        if not outcome or outcome[0] is None:
+            self.fail("%s %s: no complete answer within %ss (hang)" % (
+                method, path, REQUEST_TIMEOUT))
+        return outcome[0]
+
+    def _request(self, method, path, headers):
         conn = http.client.HTTPConnection("127.0.0.1", self.port,
                                           timeout=REQUEST_TIMEOUT)
         status, hdrs, body = None, None, b""
@@ -410,13 +437,16 @@ class EsiTestCase(unittest.TestCase):
             return Response(status, hdrs, body, True)
         except http.client.IncompleteRead as e:
             return Response(status, hdrs, body + e.partial, False, e)
-        except socket.timeout as e:
-            self.fail("%s %s: no complete answer within %ss (hang)" % (
-                method, path, REQUEST_TIMEOUT))
-        except (http.client.HTTPException, ConnectionError) as e:
+        except socket.timeout:
+            return None
+        except (http.client.HTTPException, OSError) as e:
             return Response(status, hdrs, body, False, e)
         finally:
             conn.close()
+
+    def _crash_lines(self):
+        return [line for line in self.error_log().splitlines()
+                if "exited on signal" in line]
 
     def get(self, path, headers=None):
         """GET that must complete: returns (status, headers, body)."""

@@ -93,27 +93,26 @@ class PassThroughTest(EsiTestCase):
 
 
 class EsiTypesTest(EsiTestCase):
-    LOCATION = "esi_types text/html application/xhtml+xml;"
+    # Like ssi_types and sub_filter_types: the listed types are processed
+    # in addition to text/html.
+    LOCATION = "esi_types application/xhtml+xml;"
+
+    def setUp(self):
+        super().setUp()
+        self.origin.route("/esi/x", "X")
 
     def test_listed_type_is_processed(self):
-        self.origin.route("/esi/x", "X")
         self.origin.route("/page.xhtml", PAGE,
                           content_type="application/xhtml+xml")
         self.assertBody("/page.xhtml", b"aXc")
 
-    def test_text_html_is_still_processed_when_listed(self):
-        self.origin.route("/esi/x", "X")
+    def test_text_html_is_processed_in_addition_to_listed_types(self):
         self.origin.route("/page", PAGE)
         self.assertBody("/page", b"aXc")
 
-
-class EsiTypesWithoutHtmlTest(EsiTestCase):
-    LOCATION = "esi_types application/xhtml+xml;"
-
-    def test_text_html_is_not_processed_when_not_listed(self):
-        self.origin.route("/esi/x", "X")
-        self.origin.route("/page", PAGE)
-        self.assertBody("/page", PAGE.encode())
+    def test_unlisted_type_passes_through(self):
+        self.origin.route("/page.txt", PAGE, content_type="text/plain")
+        self.assertBody("/page.txt", PAGE.encode())
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ def make_page(size, every, seed=1):
         expected.append("[fragment %d]" % n)
         length += len(chunk) + 32
         n += 1
+    page.append("<p>end</p>\n")
+    expected.append("<p>end</p>\n")
     return "".join(page).encode(), "".join(expected).encode(), n
 
 

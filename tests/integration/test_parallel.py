@@ -49,8 +49,9 @@ class TwoWorkersTest(EsiTestCase):
     def test_parallel_includes_with_two_workers(self):
         self.origin.gate("/esi/gate/", 8)
         self.origin.prefix("/esi/gate/", "g")
-        self.origin.route("/page", '<esi:include src="/esi/gate/1"/>' * 8)
-        self.assertBody("/page", b"g" * 8)
+        self.origin.route("/page", "".join(
+            '%d<esi:include src="/esi/gate/%d"/>' % (i, i) for i in range(8)))
+        self.assertBody("/page", b"0g1g2g3g4g5g6g7g")
         self.assertEqual(self.origin.max_in_flight("/esi/gate/"), 8)
 
 
