@@ -44,6 +44,43 @@ struct Request {
     end @3 :Void;
     cancel @4 :Void;
     # The worker abandoned the stream; esid forgets it and sends nothing more.
+    zone @5 :Zone;
+    # This worker serves a proxy_cache zone: esid indexes it.  No answer.
+    stored @6 :Stored;
+    # NGINX stored or served a file of a zone.  No answer.
+    purge @7 :Purge;
+    # Which files must go?  stream is the purge's id; answered by
+    # Response.purged.
+  }
+}
+
+struct Zone {
+  name @0 :Text;
+  path @1 :Text;
+  # The zone's directory, absolute.
+  indexBytes @2 :UInt64;
+  # Memory for its variant index; 0: no index, every purge scans.
+}
+
+struct Stored {
+  zone @0 :Text;
+  key @1 :Text;
+  # The cache key text; its MD5 names the main file.
+  file @2 :Data;
+  # 16 bytes: the file's name, the main MD5 or a Vary variant's.
+  tags @3 :Text;
+  # Surrogate-Key and xkey values, space separated.
+}
+
+struct Purge {
+  zone @0 :Text;
+  union {
+    key @1 :Text;
+    # Exact: the key and every Vary variant of it.
+    keyPrefix @2 :Text;
+    # Wildcard: every key starting with this.
+    tag @3 :Text;
+    # Every object carrying this Surrogate-Key or xkey tag.
   }
 }
 
@@ -61,7 +98,20 @@ struct Response {
     splice @1 :Splice;
     fail @2 :Text;
     # esid gave up on the stream; the worker applies esi_fallback.
+    purged @3 :Purged;
   }
+}
+
+struct Purged {
+  files @0 :Data;
+  # 16 bytes per file to remove: mark its keys_zone node, unlink it.
+  scanned @1 :Bool;
+  # The index could not answer alone: the zone's directory was read.
+  error @2 :Text;
+  # Non-empty when esid could not find out (unknown zone, unreadable).
+  more @3 :Bool;
+  # Another Purged for the same purge follows: a long list is split so that
+  # each message fits the ring.
 }
 
 struct Splice {

@@ -15,6 +15,9 @@ ControlAnswer Control::handle(std::string_view command,
   if (command == "stats") {
     return {true, stats_.toJson().dump()};
   }
+  if (command == "zones") {
+    return {true, purger_.zones().dump()};
+  }
   return {false, "unknown command \"" + std::string(command) + "\""};
 }
 

@@ -9,18 +9,20 @@
 
 #include "engine/stats.h"
 #include "transport/server.h"
+#include "variants/purger.h"
 
 namespace esi {
 
 class Control {
  public:
-  explicit Control(const Stats& stats, uid_t owner = geteuid())
-      : stats_(stats), owner_(owner) {}
+  Control(const Stats& stats, const Purger& purger, uid_t owner = geteuid())
+      : stats_(stats), purger_(purger), owner_(owner) {}
 
   ControlAnswer handle(std::string_view command, const PeerCredentials& peer) const;
 
  private:
   const Stats& stats_;
+  const Purger& purger_;
   const uid_t owner_;  // besides root, the only user allowed
 };
 

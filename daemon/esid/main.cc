@@ -14,12 +14,14 @@
 #include "control/control.h"
 #include "engine/stats.h"
 #include "transport/server.h"
+#include "variants/purger.h"
 
 namespace {
 
 struct Signals {
   uv_signal_t term;
   uv_signal_t interrupt;
+  esi::Purger* purger;
 };
 
 void onStop(uv_signal_t* handle, int signum) {
@@ -27,6 +29,7 @@ void onStop(uv_signal_t* handle, int signum) {
   spdlog::info("signal {}: shutting down", signum);
   server->close();
   auto* signals = reinterpret_cast<Signals*>(handle->loop->data);
+  signals->purger->close();
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->term), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->interrupt), nullptr);
 }
@@ -62,8 +65,9 @@ int main(int argc, char** argv) {
 
   uv_loop_t* loop = uv_default_loop();
   esi::Stats stats;
-  esi::Control control(stats);
-  esi::Server server(loop, options, stats,
+  esi::Purger purger(loop);
+  esi::Control control(stats, purger);
+  esi::Server server(loop, options, stats, purger,
                      [&control](std::string_view command, const esi::PeerCredentials& peer) {
                        return control.handle(command, peer);
                      });
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
   }
 
   Signals signals;
+  signals.purger = &purger;
   loop->data = &signals;
   for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
     uv_signal_init(loop, handle);

@@ -154,9 +154,9 @@ class Server::Client {
     int fd = -1;
     uv_fileno(reinterpret_cast<uv_handle_t*>(pipe_), &fd);
     try {
-      session_ = std::make_unique<WorkerSession>(
+      session_ = std::make_shared<WorkerSession>(
           server_.loop_, fd, server_.options_.ringSize, server_.stats_,
-          [this](std::string_view) { close(); });
+          server_.purger_, [this](std::string_view) { close(); });
     } catch (const std::exception& e) {
       spdlog::error("cannot set up rings for a worker: {}", e.what());
       close();
@@ -198,14 +198,14 @@ class Server::Client {
   bool answered_ = false;
   char readBuffer_[4096];
   std::vector<char> inbox_;
-  std::unique_ptr<WorkerSession> session_;
+  std::shared_ptr<WorkerSession> session_;
   kj::Array<capnp::word> reply_;
   uv_write_t write_;
 };
 
 Server::Server(uv_loop_t* loop, ServerOptions options, Stats& stats,
-               ControlHandler control)
-    : loop_(loop), options_(std::move(options)), stats_(stats),
+               Purger& purger, ControlHandler control)
+    : loop_(loop), options_(std::move(options)), stats_(stats), purger_(purger),
       control_(std::move(control)) {}
 
 Server::~Server() { close(); }

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "engine/stats.h"
+#include "variants/purger.h"
 
 namespace esi {
 
@@ -39,7 +40,7 @@ struct ServerOptions {
 
 class Server {
  public:
-  Server(uv_loop_t* loop, ServerOptions options, Stats& stats,
+  Server(uv_loop_t* loop, ServerOptions options, Stats& stats, Purger& purger,
          ControlHandler control);
   ~Server();
   Server(const Server&) = delete;
@@ -60,6 +61,7 @@ class Server {
   uv_loop_t* loop_;
   const ServerOptions options_;
   Stats& stats_;
+  Purger& purger_;
   ControlHandler control_;
   uv_pipe_t* listener_ = nullptr;
   bool ownsPath_ = false;

@@ -7,8 +7,12 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include <cstring>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +28,9 @@ struct Received {
   uint64_t released = 0;
   bool last = false;
   std::string assembled;  // verbatim bytes and [include path?args] markers
+  std::vector<std::string> purgedFiles;  // hex names
+  bool purgeDone = false;
+  bool purgeScanned = false;
 };
 
 class TestWorker {
@@ -76,6 +83,41 @@ class TestWorker {
     });
   }
 
+  void zone(const std::string& name, const std::string& path) {
+    send(0, ESI_WIRE_REQUEST_ZONE_WHICH, [&](esi_wire_out_t* req) {
+      esi_wire_out_t z;
+      esi_wire_set_struct(req, ESI_WIRE_REQUEST_ZONE_PTR, ESI_WIRE_ZONE_DATA_WORDS,
+                          ESI_WIRE_ZONE_POINTERS, &z);
+      esi_wire_set_text(&z, ESI_WIRE_ZONE_NAME_PTR, name.data(), name.size());
+      esi_wire_set_text(&z, ESI_WIRE_ZONE_PATH_PTR, path.data(), path.size());
+      esi_wire_set_u64(&z, ESI_WIRE_ZONE_INDEX_BYTES_OFFSET, 1 << 20);
+    });
+  }
+
+  void stored(const std::string& zone, const std::string& key, const Md5& file) {
+    send(0, ESI_WIRE_REQUEST_STORED_WHICH, [&](esi_wire_out_t* req) {
+      esi_wire_out_t st;
+      esi_wire_set_struct(req, ESI_WIRE_REQUEST_STORED_PTR, ESI_WIRE_STORED_DATA_WORDS,
+                          ESI_WIRE_STORED_POINTERS, &st);
+      esi_wire_set_text(&st, ESI_WIRE_STORED_ZONE_PTR, zone.data(), zone.size());
+      esi_wire_set_text(&st, ESI_WIRE_STORED_KEY_PTR, key.data(), key.size());
+      std::memcpy(esi_wire_alloc_data(&st, ESI_WIRE_STORED_FILE_PTR, 16), file.data(), 16);
+    });
+  }
+
+  void purgeKey(uint32_t id, const std::string& zone, const std::string& key) {
+    received.purgedFiles.clear();
+    received.purgeDone = false;
+    send(id, ESI_WIRE_REQUEST_PURGE_WHICH, [&](esi_wire_out_t* req) {
+      esi_wire_out_t p;
+      esi_wire_set_struct(req, ESI_WIRE_REQUEST_PURGE_PTR, ESI_WIRE_PURGE_DATA_WORDS,
+                          ESI_WIRE_PURGE_POINTERS, &p);
+      esi_wire_set_text(&p, ESI_WIRE_PURGE_ZONE_PTR, zone.data(), zone.size());
+      esi_wire_set_u16(&p, ESI_WIRE_PURGE_WHICH_OFFSET, ESI_WIRE_PURGE_KEY_WHICH);
+      esi_wire_set_text(&p, ESI_WIRE_PURGE_KEY_PTR, key.data(), key.size());
+    });
+  }
+
   void end(uint32_t stream) {
     send(stream, ESI_WIRE_REQUEST_END_WHICH, [](esi_wire_out_t*) {});
   }
@@ -96,6 +138,23 @@ class TestWorker {
       esi_wire_struct_t root, splice, item, include;
       esi_wire_list_t list;
       ASSERT_EQ(esi_wire_open(&msg, payload, len, &root), 0);
+      if (esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET) == ESI_WIRE_RESPONSE_PURGED_WHICH) {
+        esi_wire_struct_t purged;
+        const uint8_t* files;
+        size_t n;
+        ASSERT_EQ(esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_PURGED_PTR, &purged), 0);
+        ASSERT_EQ(esi_wire_get_data(&purged, ESI_WIRE_PURGED_FILES_PTR, &files, &n), 0);
+        ASSERT_EQ(n % 16, 0u);
+        for (size_t i = 0; i < n; i += 16) {
+          Md5 md5;
+          std::memcpy(md5.data(), files + i, 16);
+          received.purgedFiles.push_back(md5ToHex(md5));
+        }
+        received.purgeScanned = esi_wire_bool(&purged, ESI_WIRE_PURGED_SCANNED_BIT);
+        received.purgeDone = !esi_wire_bool(&purged, ESI_WIRE_PURGED_MORE_BIT);
+        esi_ring_release(&toWorker);
+        continue;
+      }
       ASSERT_EQ(esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET), ESI_WIRE_RESPONSE_SPLICE_WHICH);
       ASSERT_EQ(esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_SPLICE_PTR, &splice), 0);
       received.released = esi_wire_u64(&splice, ESI_WIRE_SPLICE_RELEASED_OFFSET);
@@ -159,8 +218,8 @@ class WorkerSessionTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_EQ(uv_loop_init(&loop_), 0);
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets_), 0);
-    session_ = std::make_unique<WorkerSession>(
-        &loop_, sockets_[0], 256 * 1024, stats_,
+    session_ = std::make_shared<WorkerSession>(
+        &loop_, sockets_[0], 256 * 1024, stats_, purger_,
         [this](std::string_view reason) { fatal_ = std::string(reason); });
     ASSERT_TRUE(session_->start());
     worker_ = std::make_unique<TestWorker>(sockets_[1]);
@@ -175,6 +234,22 @@ class WorkerSessionTest : public ::testing::Test {
     close(sockets_[1]);
   }
 
+  // Runs the loop (scans finish on the thread pool) until a purge answer
+  // has arrived; bounded, so a missing answer fails instead of hanging.
+  void awaitPurged() {
+    uv_timer_t guard;  // a hang guard, not a synchronisation
+    uv_timer_init(&loop_, &guard);
+    bool expired = false;
+    guard.data = &expired;
+    uv_timer_start(&guard, [](uv_timer_t* t) { *static_cast<bool*>(t->data) = true; }, 10000, 0);
+    while (!worker_->received.purgeDone && !expired) {
+      uv_run(&loop_, UV_RUN_ONCE);
+      worker_->drain();
+    }
+    uv_close(reinterpret_cast<uv_handle_t*>(&guard), nullptr);
+    uv_run(&loop_, UV_RUN_NOWAIT);
+  }
+
   // Lets esid handle what the worker wrote: the loop runs until the
   // eventfd wake-up has been served.
   void serve() {
@@ -187,8 +262,9 @@ class WorkerSessionTest : public ::testing::Test {
   uv_loop_t loop_;
   int sockets_[2];
   Stats stats_;
+  Purger purger_{&loop_};
   std::optional<std::string> fatal_;
-  std::unique_ptr<WorkerSession> session_;
+  std::shared_ptr<WorkerSession> session_;
   std::unique_ptr<TestWorker> worker_;
 };
 
@@ -241,6 +317,57 @@ TEST_F(WorkerSessionTest, GarbageRecordEndsTheSession) {
 TEST_F(WorkerSessionTest, StreamOpenedTwiceEndsTheSession) {
   worker_->open(4, "/", "h");
   worker_->open(4, "/", "h");
+  serve();
+  EXPECT_TRUE(fatal_);
+}
+
+// A cache file as NGINX writes it: header, KEY line, response.
+void writeCacheFile(const std::string& path, const std::string& key) {
+  std::string file(336, '\0');
+  const uint64_t version = 5;
+  std::memcpy(file.data(), &version, 8);
+  file += "\nKEY: " + key + "\n";
+  const uint16_t headerStart = static_cast<uint16_t>(file.size());
+  file += "HTTP/1.1 200 OK\r\n\r\n";
+  const uint16_t bodyStart = static_cast<uint16_t>(file.size());
+  std::memcpy(file.data() + 54, &headerStart, 2);
+  std::memcpy(file.data() + 56, &bodyStart, 2);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(file.data(), 1, file.size(), f);
+  std::fclose(f);
+}
+
+TEST_F(WorkerSessionTest, PurgeFindsEveryVariantByScanThenByIndex) {
+  const std::string root = ::testing::TempDir() + "purge-zone-" + std::to_string(getpid());
+  mkdir(root.c_str(), 0700);
+  Md5 variant = md5Of("/page");
+  variant[15] ^= 0xff;
+  writeCacheFile(root + "/" + md5ToHex(md5Of("/page")), "/page");
+  writeCacheFile(root + "/" + md5ToHex(variant), "/page");
+  writeCacheFile(root + "/" + md5ToHex(md5Of("/other")), "/other");
+
+  worker_->zone("pages", root);
+  worker_->purgeKey(7, "pages", "/page");
+  awaitPurged();
+  ASSERT_TRUE(worker_->received.purgeDone);
+  EXPECT_TRUE(worker_->received.purgeScanned);
+  std::sort(worker_->received.purgedFiles.begin(), worker_->received.purgedFiles.end());
+  std::vector<std::string> both{md5ToHex(md5Of("/page")), md5ToHex(variant)};
+  std::sort(both.begin(), both.end());
+  EXPECT_EQ(worker_->received.purgedFiles, both);
+
+  // Stored after the purge: the index answers alone, with only the new one.
+  worker_->stored("pages", "/page", variant);
+  worker_->purgeKey(8, "pages", "/page");
+  awaitPurged();
+  EXPECT_FALSE(worker_->received.purgeScanned);
+  EXPECT_EQ(worker_->received.purgedFiles, std::vector<std::string>{md5ToHex(variant)});
+  EXPECT_FALSE(fatal_);
+  std::system(("rm -rf " + root).c_str());
+}
+
+TEST_F(WorkerSessionTest, ZoneWithARelativeOrClimbingPathEndsTheSession) {
+  worker_->zone("pages", "/var/cache/../../etc");
   serve();
   EXPECT_TRUE(fatal_);
 }

@@ -20,6 +20,24 @@ constexpr size_t kMaxPendingAnswers = 256;
 constexpr size_t kSpliceBudgetBytes = 32 * 1024;
 constexpr size_t kMaxStreamsPerWorker = 65536;
 constexpr size_t kMaxOpenFieldBytes = 16 * 1024;
+constexpr size_t kMaxKeyBytes = 64 * 1024;
+// File names per Purged message: 256 KiB, well inside the smallest ring.
+constexpr size_t kFilesPerPurged = 16 * 1024;
+
+bool tooLong(capnp::Text::Reader text, size_t limit) { return text.size() > limit; }
+
+// A zone's directory must be absolute and plainly named: esid reads below
+// it on a worker's word.
+bool plainAbsolutePath(std::string_view path) {
+  if (path.empty() || path.front() != '/') return false;
+  for (size_t at = 0; at != std::string_view::npos;) {
+    const size_t next = path.find('/', at + 1);
+    const std::string_view segment = path.substr(at + 1, next == std::string_view::npos ? next : next - at - 1);
+    if (segment == "." || segment == "..") return false;
+    at = next;
+  }
+  return path.find('\0') == std::string_view::npos;
+}
 
 size_t instructionBytes(const Instruction& instruction) {
   constexpr size_t kFixed = 64;
@@ -33,8 +51,8 @@ size_t instructionBytes(const Instruction& instruction) {
 }  // namespace
 
 WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
-                             Stats& stats, FatalHandler onFatal)
-    : socketFd_(socketFd), stats_(stats), onFatal_(std::move(onFatal)),
+                             Stats& stats, Purger& purger, FatalHandler onFatal)
+    : socketFd_(socketFd), stats_(stats), purger_(purger), onFatal_(std::move(onFatal)),
       rings_(ringSize), poll_(new uv_poll_t) {
   uv_poll_init(loop, poll_, rings_.daemonEventfd());
   poll_->data = this;
@@ -198,12 +216,122 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length) {
       case wire::Request::CANCEL:
         stats_.activeStreams -= streams_.erase(id);
         return true;
+      case wire::Request::ZONE:
+        return handleZone(request.getZone());
+      case wire::Request::STORED:
+        return handleStored(request.getStored());
+      case wire::Request::PURGE:
+        return handlePurge(id, request.getPurge());
     }
     violation("unknown request");
     return false;
   } catch (const kj::Exception& e) {
     violation(e.getDescription().cStr());
     return false;
+  }
+}
+
+bool WorkerSession::handleZone(wire::Zone::Reader zone) {
+  auto name = zone.getName();
+  auto path = zone.getPath();
+  if (name.size() == 0 || tooLong(name, kMaxOpenFieldBytes) || tooLong(path, kMaxOpenFieldBytes) ||
+      !plainAbsolutePath(std::string_view(path.cStr(), path.size()))) {
+    violation("zone: bad name or path");
+    return false;
+  }
+  purger_.announce(std::string_view(name.cStr(), name.size()),
+                   std::string_view(path.cStr(), path.size()), zone.getIndexBytes());
+  return true;
+}
+
+bool WorkerSession::handleStored(wire::Stored::Reader stored) {
+  auto zone = stored.getZone();
+  auto key = stored.getKey();
+  auto file = stored.getFile();
+  auto tags = stored.getTags();
+  if (file.size() != sizeof(Md5) || tooLong(zone, kMaxOpenFieldBytes) ||
+      tooLong(key, kMaxKeyBytes) || tooLong(tags, kMaxKeyBytes)) {
+    violation("stored: bad file name, key or tags");
+    return false;
+  }
+  StoredFile record;
+  record.key.assign(key.cStr(), key.size());
+  record.main = md5Of(record.key);
+  std::copy(file.begin(), file.end(), record.file.begin());
+  std::string_view rest(tags.cStr(), tags.size());
+  while (!rest.empty()) {
+    const size_t start = rest.find_first_not_of(' ');
+    if (start == std::string_view::npos) break;
+    const size_t end = rest.find(' ', start);
+    record.tags.emplace_back(rest.substr(start, end == std::string_view::npos ? end : end - start));
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end);
+  }
+  purger_.stored(std::string_view(zone.cStr(), zone.size()), std::move(record));
+  return true;
+}
+
+bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
+  PurgeQuery query;
+  auto zone = purge.getZone();
+  if (tooLong(zone, kMaxOpenFieldBytes)) {
+    violation("purge: zone name too long");
+    return false;
+  }
+  query.zone.assign(zone.cStr(), zone.size());
+  capnp::Text::Reader value;
+  switch (purge.which()) {
+    case wire::Purge::KEY:
+      query.kind = PurgeQuery::Kind::kKey;
+      value = purge.getKey();
+      break;
+    case wire::Purge::KEY_PREFIX:
+      query.kind = PurgeQuery::Kind::kKeyPrefix;
+      value = purge.getKeyPrefix();
+      break;
+    case wire::Purge::TAG:
+      query.kind = PurgeQuery::Kind::kTag;
+      value = purge.getTag();
+      break;
+    default:
+      violation("purge of an unknown kind");
+      return false;
+  }
+  if (tooLong(value, kMaxKeyBytes)) {
+    violation("purge: key too long");
+    return false;
+  }
+  query.value.assign(value.cStr(), value.size());
+  // The answer may come after a scan, by which time the worker may be gone.
+  purger_.purge(std::move(query), [self = weak_from_this(), id](PurgeOutcome outcome) {
+    if (auto session = self.lock()) session->sendPurged(id, outcome);
+  });
+  return true;
+}
+
+void WorkerSession::sendPurged(uint32_t id, const PurgeOutcome& outcome) {
+  if (stopped_) return;
+  size_t next = 0;
+  do {
+    const size_t count = std::min(kFilesPerPurged, outcome.files.size() - next);
+    capnp::MallocMessageBuilder message(count * 2 + 64);
+    auto purged = message.initRoot<wire::Response>();
+    purged.setStream(id);
+    auto body = purged.initPurged();
+    auto files = body.initFiles(static_cast<unsigned>(count * sizeof(Md5)));
+    for (size_t i = 0; i < count; ++i) {
+      std::copy(outcome.files[next + i].begin(), outcome.files[next + i].end(),
+                files.begin() + i * sizeof(Md5));
+    }
+    body.setScanned(outcome.scanned);
+    body.setError(outcome.error);
+    next += count;
+    body.setMore(next < outcome.files.size());
+    send(message);
+  } while (next < outcome.files.size());
+  // Outside serve() nobody else asks the worker for space.
+  if (!pending_.empty()) {
+    const uint32_t need = static_cast<uint32_t>(pending_.front().size() * sizeof(capnp::word));
+    if (!esi_ring_wait_space(&rings_.responses(), need)) flushPending();
   }
 }
 

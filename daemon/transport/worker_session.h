@@ -18,18 +18,20 @@
 
 #include "engine/stats.h"
 #include "engine/stream.h"
+#include "esi.capnp.h"
 #include "transport/shared_rings.h"
+#include "variants/purger.h"
 
 namespace esi {
 
-class WorkerSession {
+class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
  public:
   // Called when the session must end: a protocol violation or a broken ring.
   using FatalHandler = std::function<void(std::string_view reason)>;
 
   // Throws std::system_error when the rings cannot be created.
   WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize, Stats& stats,
-                FatalHandler onFatal);
+                Purger& purger, FatalHandler onFatal);
   ~WorkerSession();
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;
@@ -51,6 +53,10 @@ class WorkerSession {
   void serve();
   bool drainRequests();
   bool handleRequest(const uint8_t* payload, uint32_t length);
+  bool handleZone(wire::Zone::Reader zone);
+  bool handleStored(wire::Stored::Reader stored);
+  bool handlePurge(uint32_t id, wire::Purge::Reader purge);
+  void sendPurged(uint32_t id, const PurgeOutcome& outcome);
   void sendSplice(uint32_t id, StreamEntry& entry, bool last);
   void send(capnp::MessageBuilder& message);
   void flushPending();
@@ -58,6 +64,7 @@ class WorkerSession {
 
   const int socketFd_;
   Stats& stats_;
+  Purger& purger_;
   FatalHandler onFatal_;
   SharedRings rings_;
   uv_poll_t* poll_;

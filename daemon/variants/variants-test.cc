@@ -122,7 +122,7 @@ TEST(ZoneIndex, KeyWithTooManyVariantsIsInDoubtUntilPurged) {
   index.finishScan({}, true);
   for (int v = 1; v <= 65; ++v) index.record(stored("/many", static_cast<uint8_t>(v)));
   EXPECT_FALSE(index.filesOf(md5Of("/many")));
-  EXPECT_FALSE(index.filesWithTag("x"));  // one key in doubt: tags unsure too
+  EXPECT_FALSE(index.keysWithTag("x"));  // one key in doubt: tags unsure too
   index.forget({md5Of("/many")});
   EXPECT_EQ(index.filesOf(md5Of("/many"))->size(), 0u);
 }
@@ -137,16 +137,16 @@ TEST(ZoneIndex, EvictionUnderMemoryPressurePutsTheKeyInDoubt) {
   EXPECT_TRUE(index.filesOf(md5Of("/k19")));         // recent: known
 }
 
-TEST(ZoneIndex, TagsAndPrefixesFindEveryFile) {
+TEST(ZoneIndex, TagsAndPrefixesFindEveryKey) {
   ZoneIndex index(1 << 20);
   index.beginScan();
   index.finishScan({stored("/shop/a", 0, {"p1"}), stored("/shop/a", 1, {"p1"}),
                     stored("/shop/b", 0, {"p2"}), stored("/blog/c", 0, {"p1"})},
                    true);
-  EXPECT_EQ(index.filesWithTag("p1")->size(), 3u);
-  EXPECT_EQ(index.filesWithKeyPrefix("/shop/")->size(), 3u);
+  EXPECT_EQ(index.keysWithTag("p1")->size(), 2u);
+  EXPECT_EQ(index.keysWithPrefix("/shop/")->size(), 2u);
   index.forget({md5Of("/shop/a")});
-  EXPECT_EQ(index.filesWithTag("p1")->size(), 1u);
+  EXPECT_EQ(index.keysWithTag("p1")->size(), 1u);
 }
 
 TEST(ZoneScan, FindsEveryFileBelowLevelDirectoriesAndSkipsStrangers) {

@@ -92,27 +92,20 @@ std::optional<std::vector<Md5>> ZoneIndex::filesOf(const Md5& main) const {
   return it->second.files;
 }
 
-std::optional<std::vector<Md5>> ZoneIndex::filesWithTag(std::string_view tag) const {
+std::optional<std::vector<Md5>> ZoneIndex::keysWithTag(std::string_view tag) const {
   if (!sure()) return std::nullopt;
-  std::vector<Md5> files;
   auto t = tags_.find(std::string(tag));
-  if (t == tags_.end()) return files;
-  for (const Md5& main : t->second) {
-    const auto& entry = entries_.at(main);
-    files.insert(files.end(), entry.files.begin(), entry.files.end());
-  }
-  return files;
+  if (t == tags_.end()) return std::vector<Md5>{};
+  return std::vector<Md5>(t->second.begin(), t->second.end());
 }
 
-std::optional<std::vector<Md5>> ZoneIndex::filesWithKeyPrefix(std::string_view prefix) const {
+std::optional<std::vector<Md5>> ZoneIndex::keysWithPrefix(std::string_view prefix) const {
   if (!sure()) return std::nullopt;
-  std::vector<Md5> files;
+  std::vector<Md5> keys;
   for (const auto& [main, entry] : entries_) {
-    if (std::string_view(entry.key).substr(0, prefix.size()) == prefix) {
-      files.insert(files.end(), entry.files.begin(), entry.files.end());
-    }
+    if (std::string_view(entry.key).substr(0, prefix.size()) == prefix) keys.push_back(main);
   }
-  return files;
+  return keys;
 }
 
 void ZoneIndex::forget(const std::vector<Md5>& mains) {

@@ -60,9 +60,10 @@ class ZoneIndex {
 
   // Every file of the key, or nullopt when the index cannot be sure.
   std::optional<std::vector<Md5>> filesOf(const Md5& main) const;
-  // Every file carrying the tag / whose key starts with prefix, or nullopt.
-  std::optional<std::vector<Md5>> filesWithTag(std::string_view tag) const;
-  std::optional<std::vector<Md5>> filesWithKeyPrefix(std::string_view prefix) const;
+  // Every key (as its MD5) carrying the tag / starting with prefix, or
+  // nullopt when the index cannot be sure.
+  std::optional<std::vector<Md5>> keysWithTag(std::string_view tag) const;
+  std::optional<std::vector<Md5>> keysWithPrefix(std::string_view prefix) const;
 
   // A purge just removed every file of these keys.
   void forget(const std::vector<Md5>& mains);

@@ -1,0 +1,167 @@
+#include "variants/purger.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace esi {
+
+Purger::~Purger() { close(); }
+
+void Purger::close() {
+  for (auto& [name, zone] : zones_) {
+    if (zone.scan) zone.scan->progress.cancel = true;
+  }
+}
+
+void Purger::announce(std::string_view name, std::string_view path, uint64_t indexBytes) {
+  auto it = zones_.find(name);
+  if (it != zones_.end()) {
+    if (it->second.path != path) {
+      spdlog::warn("zone {}: announced at {} and at {}; keeping the first",
+                   name, it->second.path, path);
+    }
+    return;
+  }
+  Zone& zone = zones_[std::string(name)];
+  zone.path = path;
+  zone.indexBytes = indexBytes;
+  zone.index = std::make_unique<ZoneIndex>(indexBytes);
+  spdlog::info("zone {} at {}: building its variant index", name, path);
+  startScan(std::string(name), zone);
+}
+
+void Purger::stored(std::string_view name, StoredFile file) {
+  auto it = zones_.find(name);
+  if (it == zones_.end()) return;  // not announced: nothing to keep complete
+  it->second.index->record(std::move(file));
+}
+
+void Purger::purge(PurgeQuery query, Done done) {
+  auto it = zones_.find(query.zone);
+  if (it == zones_.end()) {
+    done(PurgeOutcome{{}, false, "unknown zone \"" + query.zone + "\""});
+    return;
+  }
+  Zone& zone = it->second;
+  ++zone.purges;
+  if (!zone.scan) {
+    if (auto files = fromIndex(zone, query)) {
+      done(PurgeOutcome{std::move(*files), false, {}});
+      return;
+    }
+    startScan(it->first, zone);
+  }
+  zone.waiting.emplace_back(std::move(query), std::move(done));
+}
+
+std::optional<std::vector<Md5>> Purger::fromIndex(Zone& zone, const PurgeQuery& query) {
+  std::optional<std::vector<Md5>> keys;
+  switch (query.kind) {
+    case PurgeQuery::Kind::kKey:
+      keys = std::vector<Md5>{md5Of(query.value)};
+      break;
+    case PurgeQuery::Kind::kKeyPrefix:
+      keys = zone.index->keysWithPrefix(query.value);
+      break;
+    case PurgeQuery::Kind::kTag:
+      keys = zone.index->keysWithTag(query.value);
+      break;
+  }
+  if (!keys) return std::nullopt;
+  std::vector<Md5> files;
+  for (const Md5& key : *keys) {
+    auto ofKey = zone.index->filesOf(key);
+    if (!ofKey) return std::nullopt;
+    files.insert(files.end(), ofKey->begin(), ofKey->end());
+  }
+  // The purge removes them all: provably nothing is left of these keys.
+  zone.index->forget(*keys);
+  return files;
+}
+
+void Purger::startScan(const std::string& name, Zone& zone) {
+  zone.scan = std::make_unique<Scan>();
+  Scan& scan = *zone.scan;
+  scan.work.data = &scan;
+  scan.purger = this;
+  scan.zone = name;
+  scan.path = zone.path;
+  zone.index->beginScan();
+  uv_queue_work(
+      loop_, &scan.work,
+      [](uv_work_t* work) {
+        auto* s = static_cast<Scan*>(work->data);
+        s->result = scanZone(s->path, s->progress);
+      },
+      [](uv_work_t* work, int) {
+        auto* s = static_cast<Scan*>(work->data);
+        Purger* self = s->purger;
+        auto it = self->zones_.find(s->zone);
+        self->scanDone(it->first, it->second);
+      });
+}
+
+void Purger::scanDone(const std::string& name, Zone& zone) {
+  std::unique_ptr<Scan> scan = std::move(zone.scan);
+  ScanResult& result = scan->result;
+  ++zone.scansDone;
+  zone.lastError = result.error;
+  if (!result.complete) {
+    spdlog::error("zone {}: scan of {} failed: {}", name, zone.path, result.error);
+  } else {
+    spdlog::info("zone {}: {} files indexed ({} unreadable)", name,
+                 result.files.size(), result.unreadable);
+  }
+
+  // Waiters are answered from what the scan saw plus what was stored
+  // meanwhile, which the index holds when it could keep it all; an index
+  // too small (or off) answers from the scan alone.
+  std::vector<StoredFile> found = result.files;
+  zone.index->finishScan(std::move(result.files), result.complete);
+
+  auto waiting = std::move(zone.waiting);
+  for (auto& [query, done] : waiting) {
+    PurgeOutcome outcome;
+    outcome.scanned = true;
+    if (!result.complete) {
+      outcome.error = "scan failed: " + result.error;
+    } else if (auto files = fromIndex(zone, query)) {
+      outcome.files = std::move(*files);
+    } else {
+      for (const StoredFile& file : found) {
+        const bool match =
+            (query.kind == PurgeQuery::Kind::kKey && file.key == query.value) ||
+            (query.kind == PurgeQuery::Kind::kKeyPrefix &&
+             file.key.compare(0, query.value.size(), query.value) == 0) ||
+            (query.kind == PurgeQuery::Kind::kTag &&
+             std::find(file.tags.begin(), file.tags.end(), query.value) != file.tags.end());
+        if (match) outcome.files.push_back(file.file);
+      }
+    }
+    done(std::move(outcome));
+  }
+}
+
+nlohmann::json Purger::zones() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, zone] : zones_) {
+    const ZoneIndexStats s = zone.index->stats();
+    out[name] = {{"path", zone.path},
+                 {"index_bytes_max", zone.indexBytes},
+                 {"index_bytes", s.bytes},
+                 {"keys", s.keys},
+                 {"files", s.files},
+                 {"keys_in_doubt", s.doubtful},
+                 {"complete", s.complete},
+                 {"scanning", zone.scan != nullptr},
+                 {"scan_files_read", zone.scan ? zone.scan->progress.files.load() : 0},
+                 {"scans", zone.scansDone},
+                 {"purges", zone.purges},
+                 {"last_scan_error", zone.lastError}};
+  }
+  return out;
+}
+
+}  // namespace esi

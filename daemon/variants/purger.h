@@ -1,0 +1,91 @@
+// Answers what a purge must remove, for every zone the workers announced:
+// from the zone's index when it is sure, otherwise after a scan of the
+// zone's directory on libuv's thread pool.  Nothing here ever blocks the
+// loop, and nothing here ever runs on an NGINX worker.
+
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "variants/zone_index.h"
+#include "variants/zone_scan.h"
+
+namespace esi {
+
+struct PurgeQuery {
+  enum class Kind { kKey, kKeyPrefix, kTag };
+  Kind kind = Kind::kKey;
+  std::string zone;
+  std::string value;
+};
+
+struct PurgeOutcome {
+  std::vector<Md5> files;
+  bool scanned = false;
+  std::string error;
+};
+
+class Purger {
+ public:
+  using Done = std::function<void(PurgeOutcome)>;
+
+  explicit Purger(uv_loop_t* loop) : loop_(loop) {}
+  ~Purger();
+  Purger(const Purger&) = delete;
+  Purger& operator=(const Purger&) = delete;
+
+  // A worker serves this zone.  The first announcement starts a scan that
+  // builds its index, as NGINX's cache loader does after a restart.
+  void announce(std::string_view zone, std::string_view path, uint64_t indexBytes);
+
+  // NGINX stored or served a file of the zone.
+  void stored(std::string_view zone, StoredFile file);
+
+  // done runs on the loop, at once or when a scan finishes.
+  void purge(PurgeQuery query, Done done);
+
+  // Asks running scans to stop early; the loop still waits for them.
+  void close();
+
+  nlohmann::json zones() const;
+
+ private:
+  struct Scan {
+    uv_work_t work;
+    Purger* purger;
+    std::string zone;
+    std::string path;
+    ScanProgress progress;
+    ScanResult result;
+  };
+  struct Zone {
+    std::string path;
+    uint64_t indexBytes = 0;
+    std::unique_ptr<ZoneIndex> index;
+    std::unique_ptr<Scan> scan;
+    std::vector<std::pair<PurgeQuery, Done>> waiting;
+    uint64_t scansDone = 0;
+    uint64_t purges = 0;
+    std::string lastError;
+  };
+
+  void startScan(const std::string& name, Zone& zone);
+  void scanDone(const std::string& name, Zone& zone);
+  // The files the query names, per the index; nullopt when it is unsure.
+  std::optional<std::vector<Md5>> fromIndex(Zone& zone, const PurgeQuery& query);
+
+  uv_loop_t* loop_;
+  std::map<std::string, Zone, std::less<>> zones_;
+};
+
+}  // namespace esi
