@@ -14,6 +14,7 @@ packages=(
     libuv1-dev zlib1g-dev capnproto libcapnp-dev
     libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libcli11-dev
     nlohmann-json3-dev libssl-dev libpcre2-dev
+    clang libclang-rt-14-dev llvm-14
     systemd
 )
 
