@@ -66,6 +66,29 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 suite build-asan -DESI_SANITIZE=ON
 
+# libFuzzer targets (tests/fuzz/README.md): a clang build of the fuzz
+# targets only, then each target for a bounded time on a scratch copy of its
+# seed corpus; each target is one pass or one fail.
+step "fuzz"
+fuzz_targets=$(ls tests/fuzz/corpus)
+if CC=clang CXX=clang++ cmake -S "$root" -B build-fuzz \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo -DESI_FUZZ=ON \
+        >"$logs/fuzz-build.log" 2>&1 &&
+   cmake --build build-fuzz -j"$jobs" --target fuzz >>"$logs/fuzz-build.log" 2>&1
+then
+    for t in $fuzz_targets; do
+        if bash tests/fuzz/fuzz.sh build-fuzz "$t" "${ESI_FUZZ_SECONDS:-20}"; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+        fi
+    done
+else
+    tail -n 40 "$logs/fuzz-build.log"
+    echo "run: fuzz build failed"
+    failed=$((failed + $(wc -w <<<"$fuzz_targets")))
+fi
+
 rm -rf "$logs"
 echo
 echo "$passed passed, $failed failed"
