@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The benchmark suite, one command:
+#
+#   bench/run.sh [--smoke | --short | --full] [--build-dir DIR] [--micro]
+#
+#   --smoke   start every target and check each answers the expected bytes;
+#             no timing (well under a minute; this is what CI runs)
+#   --short   a quick look: 4 rows of the Varnish matrix (default)
+#   --full    the record: the whole Varnish matrix and the ESI-cost matrix
+#   --rev REV build and measure commit REV (a clean `git archive` of it, in
+#             build-bench/rev-SHA/) rather than the work tree
+#   --build-dir DIR   use the esid and module already built in DIR instead of
+#             building the project (Release) into build-bench/
+#   --micro   also build and run the Google Benchmark micro-benchmarks
+#             (bench/micro/)
+#
+# Installs what it needs from Debian (wrk, varnish, the echo module, gnuplot,
+# python3), builds the project, then hands over to bench/bench.py, which
+# starts the origin, Varnish, NGINX + module + esid, NGINX SSI and NGINX with
+# ESI off on 127.0.0.1, verifies their output byte for byte and times them.
+# Results land in bench/results/; see bench/README.md for the method.
+#
+# Everything started here is stopped on exit, also on failure or ^C.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+mode=short
+build_dir=
+rev=
+micro=
+args=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --smoke|--short|--full) mode=${1#--}; shift ;;
+        --build-dir) build_dir=$2; shift 2 ;;
+        --rev) rev=$2; shift 2 ;;
+        --micro) micro=1; shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        *) args+=("$1"); shift ;;
+    esac
+done
+
+log() { printf 'bench: %s\n' "$*"; }
+
+# -- dependencies ------------------------------------------------------------
+
+packages=(wrk varnish libnginx-mod-http-echo nginx python3 curl)
+[ "$mode" = smoke ] || packages+=(gnuplot-nox)
+[ -z "$micro" ] || packages+=(libbenchmark-dev)
+if [ -z "$build_dir" ]; then
+    # The project's own build dependencies (quick when all are present).
+    bash packaging/deps.sh >/dev/null
+fi
+missing=()
+for p in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [ "$status" = installed ] || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "bench: missing ${missing[*]}; run as root" >&2
+        exit 1
+    fi
+    log "installing ${missing[*]}"
+    # Keep maintainer scripts from starting the system varnish or nginx:
+    # every target here is started by hand on a port of its own.
+    policy=/usr/sbin/policy-rc.d
+    own_policy=
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        own_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    rc=0
+    { apt-get update -q && apt-get install -y -q --no-install-recommends \
+        "${missing[@]}" </dev/null; } || rc=$?
+    [ -z "$own_policy" ] || rm -f "$policy"
+    [ "$rc" -eq 0 ] || { echo "bench: apt-get failed ($rc)" >&2; exit "$rc"; }
+fi
+
+# -- build ---------------------------------------------------------------------
+
+# What is measured: the work tree, or a clean snapshot of one commit.
+if [ -n "$build_dir" ]; then
+    product="prebuilt in $build_dir ($(git describe --always --dirty))"
+elif [ -n "$rev" ]; then
+    sha=$(git rev-parse --short "$rev^{commit}")
+    src=$root/build-bench/rev-$sha/src
+    build_dir=$root/build-bench/rev-$sha/build
+    if [ ! -f "$src/CMakeLists.txt" ]; then
+        mkdir -p "$src"
+        git archive "$sha" | tar -x -C "$src"
+    fi
+    product="commit $sha"
+else
+    src=$root
+    build_dir=$root/build-bench
+    product="work tree at $(git describe --always --dirty)"
+fi
+if [ -n "${src:-}" ]; then
+    log "building the project (Release) from $src in $build_dir"
+    cmake -S "$src" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$build_dir" -j"${ESI_JOBS:-2}" --target esid esictl \
+        ngx_http_esi_module >/dev/null
+fi
+build_dir=$(cd "$build_dir" && pwd)
+for f in esid ngx_http_esi_module.so; do
+    [ -e "$build_dir/$f" ] || { echo "bench: $build_dir/$f missing" >&2; exit 1; }
+done
+
+# -- run -------------------------------------------------------------------------
+
+# bench.py stops everything it started itself (try/finally and signal
+# handlers); this trap is the backstop should python die hard.
+pid=
+stop() {
+    local rc=$?
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
+    exit "$rc"
+}
+trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+python3 "$root/bench/bench.py" --mode "$mode" --build-dir "$build_dir" \
+    --product "$product" \
+    ${args[@]+"${args[@]}"} &
+pid=$!
+rc=0
+wait "$pid" || rc=$?
+pid=
+
+if [ "$rc" -eq 0 ] && [ -n "$micro" ]; then
+    ESI_SOURCE_DIR=${src:-$root} bash "$root/bench/micro/run.sh" || rc=$?
+fi
+exit "$rc"
