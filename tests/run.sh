@@ -89,6 +89,19 @@ else
     failed=$((failed + $(wc -w <<<"$fuzz_targets")))
 fi
 
+# Benchmark smoke (bench/README.md): every benchmark target (origin,
+# Varnish, nginx + module + esid, nginx SSI, nginx without ESI) started on
+# the build above and checked to answer the expected bytes; no timing.
+step "bench smoke"
+if bash bench/run.sh --smoke --build-dir build >"$logs/bench-smoke.log" 2>&1
+then
+    passed=$((passed + 1))
+else
+    tail -n 40 "$logs/bench-smoke.log"
+    echo "run: bench smoke failed"
+    failed=$((failed + 1))
+fi
+
 rm -rf "$logs"
 echo
 echo "$passed passed, $failed failed"
