@@ -464,9 +464,6 @@ class Target:
     def alive(self):
         return all(p.alive() for p in self.procs)
 
-    def log_path(self):
-        return None
-
 
 class Bench:
     def __init__(self, args):
@@ -1200,6 +1197,10 @@ def main():
     if args.mode == "smoke":
         cost_rows = [(s, k, i) for s in COST_SIZES for k in COST_KINDS
                      for i in COST_INCLUDES]
+    # Under 2 s a run can end before a 32 x 50 ms page (1.6 s at Varnish)
+    # completes at all.
+    if (args.duration or 2) < 2 or (args.cost_duration or 2) < 1:
+        p.error("--duration must be at least 2 s, --cost-duration 1 s")
     args.duration = args.duration or defaults[0]
     args.runs = args.runs or defaults[1]
     args.cost_duration = args.cost_duration or defaults[2]
