@@ -14,6 +14,7 @@
 #include <ngx_http.h>
 
 #include <sys/mman.h>
+#include <zlib.h>
 
 #include <esi/ring.h>
 #include "esi_wire.h"
@@ -33,6 +34,13 @@
 #define NGX_HTTP_ESI_IDLE              0
 #define NGX_HTTP_ESI_CONNECTING        1
 #define NGX_HTTP_ESI_READY             2
+
+#define NGX_HTTP_ESI_IDENTITY          0
+#define NGX_HTTP_ESI_GZIP              1
+#define NGX_HTTP_ESI_ENCODED           2
+
+/* the buffers a gzipped body is inflated into */
+#define NGX_HTTP_ESI_INFLATED          (ngx_buf_tag_t) &ngx_http_esi_module_ctx
 
 #define NGX_HTTP_ESI_VERBATIM          0
 #define NGX_HTTP_ESI_INCLUDE           1
@@ -112,7 +120,7 @@ typedef struct {
     off_t                      verbatim_end;
     off_t                      rx_released; /* as of received splices */
     off_t                      rx_verbatim_end;
-    ngx_uint_t                 awaiting;    /* messages esid owes answers */
+    ngx_uint_t                 awaiting;    /* messages not answered yet */
 
     ngx_http_esi_insn_t       *insns;
     ngx_http_esi_insn_t      **last_insn;
@@ -129,7 +137,15 @@ typedef struct {
     ngx_event_t                timer;
     ngx_event_t                resume;
 
+    z_stream                   zstream;     /* a gzipped body's inflate */
+    ngx_buf_t                 *zbuf;        /* being inflated into */
+    ngx_chain_t               *zfree;       /* inflated buffers to reuse */
+
     unsigned                   stream:1;    /* this body goes to esid */
+    unsigned                   inflate:1;   /* ... after we inflate it */
+    unsigned                   zstarted:1;
+    unsigned                   zend:1;      /* at the end of a gzip member */
+    unsigned                   zerror:1;    /* the gzip body is broken */
     unsigned                   fragment:1;  /* a sequential include */
     unsigned                   discard:1;   /* ... that failed */
     unsigned                   in_table:1;
@@ -224,11 +240,27 @@ static void ngx_http_esi_resume_handler(ngx_event_t *ev);
 static void ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx);
 
 static ngx_int_t ngx_http_esi_header_filter(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_esi_encoding(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_open(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_cleanup(void *data);
 static ngx_int_t ngx_http_esi_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_int_t ngx_http_esi_inflate(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t *in, ngx_chain_t **out);
+static ngx_int_t ngx_http_esi_inflate_start(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_inflate_buf(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_inflate_out(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t ***last);
+static void ngx_http_esi_inflate_failed(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, const char *what, int rc);
+static void *ngx_http_esi_inflate_alloc(void *opaque, u_int items,
+    u_int size);
+static void ngx_http_esi_inflate_free(void *opaque, void *address);
+static void ngx_http_esi_recycle(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_buf_t *b, ngx_chain_t *cl);
 static ngx_int_t ngx_http_esi_hold(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
 static ngx_int_t ngx_http_esi_process(ngx_http_request_t *r,
@@ -1388,7 +1420,7 @@ ngx_http_esi_flush(ngx_http_esi_daemon_t *d)
             ctx->tx_queued = 0;
 
             if (rc == NGX_OK) {
-                ngx_http_esi_timer(ctx, 0);
+                ngx_http_esi_timer(ctx, 1);
 
             } else {
                 ngx_http_esi_fail(ctx);
@@ -1728,14 +1760,17 @@ ngx_http_esi_schedule(ngx_http_esi_ctx_t *ctx)
 }
 
 
-/* armed while the stream waits for esid; reset by each answer */
+/*
+ * Armed from the open until esid's last splice, re-armed by each answer
+ * and by each message written to esid.  esid may answer one message with
+ * several splices, so "awaiting" is no count of what it still owes; it
+ * only tells, when the timer expires, whether the silence is esid's.
+ */
 
 static void
 ngx_http_esi_timer(ngx_http_esi_ctx_t *ctx, ngx_uint_t reset)
 {
-    if (ctx->in_table
-        && (ctx->tx_queued || ctx->awaiting || ctx->end_sent))
-    {
+    if (ctx->in_table) {
         if (reset || !ctx->timer.timer_set) {
             ngx_add_timer(&ctx->timer, ngx_http_esi_daemon.conf->timeout);
         }
@@ -1755,6 +1790,14 @@ ngx_http_esi_timeout_handler(ngx_event_t *ev)
     ngx_http_esi_ctx_t  *ctx;
 
     ctx = ev->data;
+
+    if (!ctx->tx_queued && !ctx->end_sent && ctx->awaiting == 0) {
+
+        /* esid is even with us: the page's upstream is the slow one */
+
+        ngx_add_timer(ev, ngx_http_esi_daemon.conf->timeout);
+        return;
+    }
 
     ngx_log_error(NGX_LOG_ERR, ev->log, 0,
                   "esi: esid did not answer stream %uD in time",
@@ -1828,8 +1871,7 @@ ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx)
 static ngx_int_t
 ngx_http_esi_header_filter(ngx_http_request_t *r)
 {
-    ngx_uint_t                depth;
-    ngx_str_t                *ce;
+    ngx_uint_t                depth, encoding;
     ngx_http_request_t       *pr;
     ngx_http_esi_ctx_t       *ctx, *pctx;
     ngx_http_esi_loc_conf_t  *elcf;
@@ -1841,6 +1883,32 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
     {
         ctx->discard = 1;
         return ngx_http_next_header_filter(r);
+    }
+
+    encoding = ngx_http_esi_encoding(r);
+
+    /*
+     * An include of ours that gunzip left encoded: its bytes would be
+     * spliced into a plaintext page by postpone, unseen by anyone.
+     */
+
+    if (encoding != NGX_HTTP_ESI_IDENTITY && r != r->main) {
+        pctx = ngx_http_get_module_ctx(r->parent, ngx_http_esi_module);
+
+        if (pctx && pctx->stream) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: include \"%V\" answered with "
+                          "Content-Encoding \"%V\", request refused rather "
+                          "than splice encoded bytes into the page; set "
+                          "\"gunzip on\" in the fragment's location, or "
+                          "\"proxy_set_header Accept-Encoding \"\"\" "
+                          "towards its upstream",
+                          &r->uri, &r->headers_out.content_encoding->value);
+
+            pctx->status = NGX_HTTP_ESI_STATUS_ABORTED;
+
+            return NGX_ERROR;
+        }
     }
 
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
@@ -1856,21 +1924,12 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
-    if (r->headers_out.content_encoding
-        && r->headers_out.content_encoding->hash)
-    {
-        ce = &r->headers_out.content_encoding->value;
-
-        if (ce->len
-            && (ce->len != sizeof("identity") - 1
-                || ngx_strncasecmp(ce->data, (u_char *) "identity", ce->len)
-                   != 0))
-        {
-            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                          "esi: \"%V\" encoded response left unprocessed",
-                          ce);
-            return ngx_http_next_header_filter(r);
-        }
+    if (encoding == NGX_HTTP_ESI_ENCODED) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "esi: \"%V\" encoded response left unprocessed: "
+                      "only gzip is decoded",
+                      &r->headers_out.content_encoding->value);
+        return ngx_http_next_header_filter(r);
     }
 
     if (ctx == NULL) {
@@ -1915,12 +1974,52 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
         return NGX_ERROR;
     }
 
+    if (encoding == NGX_HTTP_ESI_GZIP) {
+
+        /* gunzip did not decode it: we do, and gzip may encode the result */
+
+        ctx->inflate = 1;
+
+        r->headers_out.content_encoding->hash = 0;
+        r->headers_out.content_encoding = NULL;
+    }
+
     ngx_http_clear_content_length(r);
     ngx_http_clear_accept_ranges(r);
     ngx_http_clear_last_modified(r);
     ngx_http_clear_etag(r);
 
     return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_uint_t
+ngx_http_esi_encoding(ngx_http_request_t *r)
+{
+    ngx_str_t  *ce;
+
+    if (r->headers_out.content_encoding == NULL
+        || r->headers_out.content_encoding->hash == 0)
+    {
+        return NGX_HTTP_ESI_IDENTITY;
+    }
+
+    ce = &r->headers_out.content_encoding->value;
+
+    if (ce->len == 0
+        || (ce->len == sizeof("identity") - 1
+            && ngx_strncasecmp(ce->data, (u_char *) "identity", ce->len) == 0))
+    {
+        return NGX_HTTP_ESI_IDENTITY;
+    }
+
+    if (ce->len == sizeof("gzip") - 1
+        && ngx_strncasecmp(ce->data, (u_char *) "gzip", ce->len) == 0)
+    {
+        return NGX_HTTP_ESI_GZIP;
+    }
+
+    return NGX_HTTP_ESI_ENCODED;
 }
 
 
@@ -2026,7 +2125,8 @@ ngx_http_esi_cleanup(void *data)
 static ngx_int_t
 ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    ngx_chain_t         *cl;
+    ngx_int_t            rc;
+    ngx_chain_t         *cl, *zin;
     ngx_http_esi_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
@@ -2041,14 +2141,31 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     }
 
     if (ctx == NULL || !ctx->stream
-        || (ctx->fallen && ctx->out == NULL && ctx->busy == NULL
-            && ctx->held == NULL))
+        || (ctx->fallen && !ctx->inflate && ctx->out == NULL
+            && ctx->busy == NULL && ctx->held == NULL))
     {
         return ngx_http_next_body_filter(r, in);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "esi body filter \"%V?%V\"", &r->uri, &r->args);
+
+    if (ctx->zerror) {
+        return NGX_ERROR;
+    }
+
+    zin = NULL;
+
+    if (ctx->inflate) {
+
+        /* from here on "in" is plaintext, in buffers of our own */
+
+        if (ngx_http_esi_inflate(r, ctx, in, &zin) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        in = zin;
+    }
 
     if (!ctx->failed && !ctx->fallen) {
         for (cl = in; cl; cl = cl->next) {
@@ -2078,7 +2195,308 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         in = NULL;
     }
 
-    return ngx_http_esi_process(r, ctx, in);
+    rc = ngx_http_esi_process(r, ctx, in);
+
+    /* the links, not the buffers: those are held or went out */
+
+    while (zin) {
+        cl = zin;
+        zin = cl->next;
+        ngx_free_chain(r->pool, cl);
+    }
+
+    return rc;
+}
+
+
+/*
+ * Inflates a gzipped body as ngx_http_gunzip_filter_module does, into
+ * buffers of esi_buffer_size that are held and emitted like any input.
+ * The compressed buffers are consumed at once.
+ */
+
+static ngx_int_t
+ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_chain_t *in, ngx_chain_t **out)
+{
+    int            rc;
+    ngx_buf_t     *b;
+    ngx_uint_t     last;
+    ngx_chain_t   *cl, **ll;
+
+    *out = NULL;
+    ll = out;
+    last = 0;
+
+    if (!ctx->zstarted && ngx_http_esi_inflate_start(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->last_buf || b->last_in_chain) {
+            last = 1;
+        }
+
+        if (ngx_buf_size(b) == 0) {
+            continue;
+        }
+
+        if (!ngx_buf_in_memory(b)) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: gzipped body not in memory");
+            ngx_http_esi_inflate_failed(r, ctx, NULL, 0);
+            return NGX_ERROR;
+        }
+
+        ctx->zstream.next_in = b->pos;
+        ctx->zstream.avail_in = b->last - b->pos;
+
+        for ( ;; ) {
+
+            if (ctx->zend && ctx->zstream.avail_in) {
+
+                /* a gzip member ended and another one follows */
+
+                if (inflateReset(&ctx->zstream) != Z_OK) {
+                    ngx_http_esi_inflate_failed(r, ctx, "inflateReset()",
+                                                Z_STREAM_ERROR);
+                    return NGX_ERROR;
+                }
+
+                ctx->zend = 0;
+            }
+
+            if (ctx->zbuf == NULL
+                && ngx_http_esi_inflate_buf(r, ctx) != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            rc = inflate(&ctx->zstream, Z_NO_FLUSH);
+
+            b->pos = ctx->zstream.next_in;
+            ctx->zbuf->last = ctx->zstream.next_out;
+
+            if (rc == Z_STREAM_END) {
+                ctx->zend = 1;
+
+            } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+                ngx_http_esi_inflate_failed(r, ctx, "corrupt", rc);
+                return NGX_ERROR;
+            }
+
+            if (ctx->zstream.avail_out == 0) {
+
+                /* full: zlib may have more for the next buffer */
+
+                if (ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK) {
+                    return NGX_ERROR;
+                }
+
+                continue;
+            }
+
+            if (ctx->zstream.avail_in == 0) {
+                break;
+            }
+
+            if (!ctx->zend) {
+
+                /* neither input nor output space left to explain */
+
+                ngx_http_esi_inflate_failed(r, ctx, "corrupt", rc);
+                return NGX_ERROR;
+            }
+        }
+
+        /* the compressed bytes are ours to drop as soon as inflated */
+
+        b->pos = b->last;
+    }
+
+    if (last && !ctx->zend) {
+        ngx_http_esi_inflate_failed(r, ctx, "truncated", Z_BUF_ERROR);
+        return NGX_ERROR;
+    }
+
+    /* what is inflated goes on now, as gunzip does at the end of input */
+
+    if (ctx->zbuf && ngx_buf_size(ctx->zbuf)) {
+        if (ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (last) {
+        if (ctx->zbuf == NULL && ngx_http_esi_inflate_buf(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (r == r->main) {
+            ctx->zbuf->last_buf = 1;
+
+        } else {
+            ctx->zbuf->last_in_chain = 1;
+        }
+
+        if (ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        (void) inflateEnd(&ctx->zstream);
+        ctx->zstarted = 0;
+        ctx->inflate = 0;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_inflate_start(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    int  rc;
+
+    ctx->zstream.next_in = Z_NULL;
+    ctx->zstream.avail_in = 0;
+
+    ctx->zstream.zalloc = ngx_http_esi_inflate_alloc;
+    ctx->zstream.zfree = ngx_http_esi_inflate_free;
+    ctx->zstream.opaque = r;
+
+    /* windowBits +16 to decode gzip, zlib 1.2.0.4+ */
+    rc = inflateInit2(&ctx->zstream, MAX_WBITS + 16);
+
+    if (rc != Z_OK) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "inflateInit2() failed: %d", rc);
+        return NGX_ERROR;
+    }
+
+    ctx->zstarted = 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_inflate_buf(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    if (ctx->zfree) {
+        cl = ctx->zfree;
+        ctx->zfree = cl->next;
+
+        b = cl->buf;
+        ngx_free_chain(r->pool, cl);
+
+        b->pos = b->start;
+        b->last = b->start;
+        b->last_buf = 0;
+        b->last_in_chain = 0;
+
+    } else {
+        elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+        b = ngx_create_temp_buf(r->pool, elcf->buffer_size);
+        if (b == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->tag = NGX_HTTP_ESI_INFLATED;
+    }
+
+    ctx->zbuf = b;
+    ctx->zstream.next_out = b->pos;
+    ctx->zstream.avail_out = b->end - b->start;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_inflate_out(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_chain_t ***last)
+{
+    ngx_chain_t  *cl;
+
+    cl = ngx_alloc_chain_link(r->pool);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf = ctx->zbuf;
+    cl->next = NULL;
+
+    **last = cl;
+    *last = &cl->next;
+
+    ctx->zbuf = NULL;
+    ctx->zstream.avail_out = 0;
+
+    return NGX_OK;
+}
+
+
+/* nothing more of this response goes out, not even a fallback */
+
+static void
+ngx_http_esi_inflate_failed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    const char *what, int rc)
+{
+    if (what) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: %s gzip body from upstream (inflate() %d%s%s) "
+                      "after %uL decoded bytes, response cut off",
+                      what, rc, ctx->zstream.msg ? ": " : "",
+                      ctx->zstream.msg ? ctx->zstream.msg : "",
+                      (uint64_t) ctx->zstream.total_out);
+    }
+
+    ctx->zerror = 1;
+    ctx->status = NGX_HTTP_ESI_STATUS_ABORTED;
+
+    ngx_http_esi_forget(ctx);
+}
+
+
+static void *
+ngx_http_esi_inflate_alloc(void *opaque, u_int items, u_int size)
+{
+    ngx_http_request_t *r = opaque;
+
+    return ngx_palloc(r->pool, items * size);
+}
+
+
+static void
+ngx_http_esi_inflate_free(void *opaque, void *address)
+{
+    /* the request pool frees it */
+}
+
+
+/* an inflated buffer nothing refers to any more */
+
+static void
+ngx_http_esi_recycle(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_buf_t *b, ngx_chain_t *cl)
+{
+    if (cl == NULL) {
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return;
+        }
+    }
+
+    cl->buf = b;
+    cl->next = ctx->zfree;
+    ctx->zfree = cl;
 }
 
 
@@ -2141,6 +2559,10 @@ ngx_http_esi_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 {
     ngx_chain_t  *cl;
 
+    if (ctx->zerror) {
+        return NGX_ERROR;
+    }
+
     if (!ctx->fallen && !ctx->failed) {
         if (ngx_http_esi_execute(r, ctx) == NGX_ERROR) {
             return NGX_ERROR;
@@ -2167,7 +2589,9 @@ ngx_http_esi_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         ctx->last_out = &cl->next;
     }
 
-    if (ctx->out == NULL && ctx->busy == NULL) {
+    /* postpone may still hold our output behind an include, last_buf too */
+
+    if (ctx->out == NULL && ctx->busy == NULL && r->postponed == NULL) {
         ngx_http_esi_release(ctx);
         return NGX_OK;
     }
@@ -2332,8 +2756,18 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         return NGX_ERROR;
     }
 
+    /* when it is done, what postpone holds behind it goes on */
+
+    psr = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    if (psr == NULL) {
+        return NGX_ERROR;
+    }
+
+    psr->handler = ngx_http_esi_include_done;
+    psr->data = ctx;
+
     if (insn->alt_path.len == 0 && !insn->continue_on_error) {
-        if (ngx_http_subrequest(r, path, args, &sr, NULL, 0) != NGX_OK) {
+        if (ngx_http_subrequest(r, path, args, &sr, psr, 0) != NGX_OK) {
             return ngx_http_esi_include_failed(r, ctx, insn, alt);
         }
 
@@ -2348,14 +2782,6 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     sctx->fragment = 1;
-
-    psr = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
-    if (psr == NULL) {
-        return NGX_ERROR;
-    }
-
-    psr->handler = ngx_http_esi_include_done;
-    psr->data = ctx;
 
     if (ngx_http_subrequest(r, path, args, &sr, psr,
                             NGX_HTTP_SUBREQUEST_WAITED)
@@ -2412,13 +2838,10 @@ ngx_http_esi_include_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
 {
     ngx_http_esi_ctx_t  *ctx = data;
 
-    if (ctx->wait != r) {
-        return rc;
-    }
-
-    if (rc == NGX_ERROR
-        || rc >= NGX_HTTP_BAD_REQUEST
-        || r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
+    if (ctx->wait == r
+        && (rc == NGX_ERROR
+            || rc >= NGX_HTTP_BAD_REQUEST
+            || r->headers_out.status >= NGX_HTTP_BAD_REQUEST))
     {
         ctx->wait_failed = 1;
     }
@@ -2580,6 +3003,14 @@ ngx_http_esi_output(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 
         ctx->busy = cl->next;
 
+        if (b->tag == NGX_HTTP_ESI_INFLATED) {
+
+            /* one that went out as it is, after a fallback */
+
+            ngx_http_esi_recycle(r, ctx, b, cl);
+            continue;
+        }
+
         if (b->tag != (ngx_buf_tag_t) &ngx_http_esi_module) {
             ngx_free_chain(r->pool, cl);
             continue;
@@ -2622,6 +3053,10 @@ ngx_http_esi_release(ngx_http_esi_ctx_t *ctx)
         }
 
         h->buf->pos = h->buf->last;
+
+        if (h->buf->tag == NGX_HTTP_ESI_INFLATED) {
+            ngx_http_esi_recycle(ctx->request, ctx, h->buf, NULL);
+        }
 
         ctx->held = h->next;
         h->next = ctx->free_held;
