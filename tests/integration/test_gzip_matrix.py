@@ -1,0 +1,287 @@
+"""Gzip in and out, cell by cell: upstream page and fragment encodings,
+clients that do and do not accept gzip, gunzip on and off; encodings other
+than gzip; broken gzip from upstream; small inflate buffers.
+
+Every gzip response is read back through Python's gzip module.
+"""
+
+import gzip
+import socketserver
+import threading
+import time
+import unittest
+import zlib
+
+from harness import EsiTestCase
+
+FRAGMENT = "<b>fragment</b>"
+PAGE = ("<html>" + "page text, repeated. " * 40
+        + '<esi:include src="/esi/frag"/>'
+        + " and after it " * 40 + "</html>")
+ASSEMBLED = PAGE.replace('<esi:include src="/esi/frag"/>', FRAGMENT).encode()
+
+GZIP_OUT = "gzip on; gzip_min_length 1; gzip_vary on;"
+
+PAUSE = 0.3
+
+REFUSAL_FIXES = ('"gunzip on"',
+                 '"proxy_set_header Accept-Encoding """')
+
+
+def big_page(size, every=500):
+    """About `size` bytes of markup with an include every `every` lines (or
+    only at the end), and what it assembles to."""
+    parts, expected, n, length = [], [], 0, 0
+    while length < size:
+        text = "<p>line %06d of a large page, %08x</p>\n" % (
+            n, n * 2654435761 % 2 ** 32)
+        parts.append(text)
+        expected.append(text)
+        length += len(text)
+        n += 1
+        if every and n % every == 0:
+            parts.append('<esi:include src="/esi/frag"/>')
+            expected.append(FRAGMENT)
+    parts.append('<esi:include src="/esi/frag"/>')
+    expected.append(FRAGMENT)
+    return "".join(parts), "".join(expected).encode()
+
+
+class _RawHandler(socketserver.BaseRequestHandler):
+    def handle(self):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        target = data.split(b" ", 2)[1].decode()
+        head, pieces = self.server.routes.get(target, (None, None))
+        if head is None:
+            self.request.sendall(b"HTTP/1.1 404 Not Found\r\n"
+                                 b"Content-Length: 0\r\n"
+                                 b"Connection: close\r\n\r\n")
+            return
+        try:
+            self.request.sendall(head)
+            for piece in pieces:
+                if piece is None:
+                    time.sleep(PAUSE)
+                    continue
+                self.request.sendall(piece)
+        except OSError:
+            pass
+
+
+class _RawServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class RawOrigin:
+    """An origin that sends a body exactly as given: chunked, cut, bad."""
+
+    def __init__(self):
+        self.server = _RawServer(("127.0.0.1", 0), _RawHandler)
+        self.server.routes = {}
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+
+    def chunked(self, path, body, encoding="gzip", piece=4096,
+                pause_at=None):
+        """Serves `body` chunked; pauses once before the chunk holding
+        byte `pause_at`, so what came before it reaches the client."""
+        head = ("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                "Content-Encoding: %s\r\nTransfer-Encoding: chunked\r\n"
+                "Connection: close\r\n\r\n" % encoding).encode()
+        pieces = [b"%x\r\n%s\r\n" % (len(body[i:i + piece]),
+                                     body[i:i + piece])
+                  for i in range(0, len(body), piece)]
+        if pause_at is not None:
+            pieces.insert(pause_at // piece, None)
+        self.server.routes[path] = (head, pieces + [b"0\r\n\r\n"])
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+class GzipMatrixTest(EsiTestCase):
+    """{plain, gzip} page x {plain, gzip} fragment x {client accepts gzip,
+    does not} x {gunzip on, off}; gzip and gzip_vary on throughout."""
+
+    def run_cell(self, page_gzip, fragment_gzip, client_gzip, gunzip):
+        self.LOCATION = GZIP_OUT + (" gunzip on;" if gunzip else "")
+        self.FRAGMENT_LOCATION = "gunzip on;" if gunzip else ""
+        self.origin.route("/page", PAGE, gzip=page_gzip)
+        self.origin.route("/esi/frag", FRAGMENT, gzip=fragment_gzip)
+        headers = {"Accept-Encoding": "gzip"} if client_gzip else {}
+
+        r = self.fetch("/page", headers)
+
+        if fragment_gzip and not gunzip:
+            self.assertRefused(r)
+            return
+
+        self.assertTrue(r.complete, "incomplete response: %r" % (r,))
+        self.assertEqual(r.status, 200)
+        self.assertIsNone(r.header("Content-Length"))
+        self.assertIn("Accept-Encoding", r.header("Vary") or "")
+        if client_gzip:
+            self.assertEqual(r.header("Content-Encoding"), "gzip")
+            self.assertEqual(gzip.decompress(r.body), ASSEMBLED)
+        else:
+            self.assertIsNone(r.header("Content-Encoding"))
+            self.assertEqual(r.body, ASSEMBLED)
+
+    def assertRefused(self, r):
+        self.assertFalse(r.complete, "a gzipped fragment was spliced: %r"
+                         % (r,))
+        self.assertNotIn(b"fragment", r.body)
+        log = self.error_log()
+        self.assertIn('include "/esi/frag" answered with Content-Encoding '
+                      '"gzip"', log)
+        for fix in REFUSAL_FIXES:
+            self.assertIn(fix, log)
+
+
+def _cell(page_gzip, fragment_gzip, client_gzip, gunzip):
+    def test(self):
+        self.run_cell(page_gzip, fragment_gzip, client_gzip, gunzip)
+    return test
+
+
+for _page in (False, True):
+    for _fragment in (False, True):
+        for _client in (False, True):
+            for _gunzip in (False, True):
+                _name = "test_%s_page_%s_fragment_%s_gunzip_%s" % (
+                    "gzipped" if _page else "plain",
+                    "gzipped" if _fragment else "plain",
+                    "gzip_client" if _client else "plain_client",
+                    "on" if _gunzip else "off")
+                setattr(GzipMatrixTest, _name,
+                        _cell(_page, _fragment, _client, _gunzip))
+
+
+class OtherEncodingTest(EsiTestCase):
+    LOCATION = GZIP_OUT
+
+    def test_brotli_page_goes_out_exactly_as_it_arrived(self):
+        body = ('a<esi:include src="/esi/frag"/>c\x00\xff').encode("latin-1")
+        self.origin.route("/page", body, headers=[("Content-Encoding", "br")])
+        self.origin.route("/esi/frag", FRAGMENT)
+        _, headers, got = self.get("/page", {"Accept-Encoding": "gzip, br"})
+        self.assertEqual(got, body)
+        self.assertEqual(headers.get("Content-Encoding"), "br")
+        self.assertEqual(self.origin.hits("/esi/frag"), 0)
+        self.assertIn('esi: "br" encoded response left unprocessed: only '
+                      'gzip is decoded', self.error_log())
+
+
+class BrokenGzipTest(EsiTestCase):
+    """A cut or corrupt gzip body: a clear error, what went out is a prefix
+    of the page, the connection is closed; no crash, no hang."""
+
+    # The include comes after the break: what precedes it streams out.
+    PAGE, EXPECTED = big_page(200 * 1024, every=None)
+
+    def setUp(self):
+        super().setUp()
+        self.raw = RawOrigin()
+        self.addCleanup(self.raw.close)
+        self.LOCATIONS = ("location /raw/ {\n"
+                          "    proxy_pass http://127.0.0.1:%d;\n"
+                          "    proxy_http_version 1.1;\n"
+                          "    esi on;\n"
+                          "}\n" % self.raw.port)
+        self.origin.route("/esi/frag", FRAGMENT)
+
+    @classmethod
+    def truncated(cls):
+        data = gzip.compress(cls.PAGE.encode(), mtime=0)
+        return data[:len(data) // 2]
+
+    @classmethod
+    def half(cls):
+        """Compressed bytes well before the break in truncated() and
+        corrupt()."""
+        return len(cls.truncated()) // 2
+
+    @classmethod
+    def corrupt(cls):
+        # Half the page, flushed to a byte boundary, then a block header
+        # of the reserved type 3: "invalid block type" right there.
+        page = cls.PAGE.encode()
+        c = zlib.compressobj(6, zlib.DEFLATED, 31)
+        data = c.compress(page[:len(page) // 2]) + c.flush(zlib.Z_FULL_FLUSH)
+        return data + b"\xff" * 64 + c.compress(page[len(page) // 2:]) \
+            + c.flush()
+
+    def assertCutOff(self, path, what, sent_before=False):
+        r = self.fetch(path)
+        self.assertFalse(r.complete, "a broken body looked whole: %r" % (r,))
+        self.assertTrue(self.EXPECTED.startswith(r.body),
+                        "what went out is not a prefix of the page")
+        if sent_before:
+            self.assertEqual(r.status, 200)
+            self.assertGreater(len(r.body), 0)
+        self.assertIn("esi: %s gzip body from upstream" % what,
+                      self.error_log())
+
+    def test_truncated_gzip_with_content_length_is_cut_off(self):
+        self.origin.route("/page", self.truncated(),
+                          headers=[("Content-Encoding", "gzip")])
+        self.assertCutOff("/page", "truncated")
+
+    def test_corrupt_gzip_with_content_length_is_cut_off(self):
+        self.origin.route("/page", self.corrupt(),
+                          headers=[("Content-Encoding", "gzip")])
+        self.assertCutOff("/page", "corrupt")
+
+    def test_truncated_chunked_gzip_is_cut_off(self):
+        self.raw.chunked("/raw/page", self.truncated())
+        self.assertCutOff("/raw/page", "truncated")
+
+    def test_corrupt_chunked_gzip_is_cut_off(self):
+        self.raw.chunked("/raw/page", self.corrupt())
+        self.assertCutOff("/raw/page", "corrupt")
+
+    def test_truncated_gzip_keeps_what_was_sent_and_closes(self):
+        self.raw.chunked("/raw/page", self.truncated(),
+                         pause_at=self.half())
+        self.assertCutOff("/raw/page", "truncated", sent_before=True)
+
+    def test_corrupt_gzip_keeps_what_was_sent_and_closes(self):
+        self.raw.chunked("/raw/page", self.corrupt(), pause_at=self.half())
+        self.assertCutOff("/raw/page", "corrupt", sent_before=True)
+
+    def test_chunked_gzip_is_assembled(self):
+        self.raw.chunked("/raw/page", gzip.compress(self.PAGE.encode()))
+        self.assertBody("/raw/page", self.EXPECTED)
+
+
+class SmallInflateBufferTest(EsiTestCase):
+    LOCATION = GZIP_OUT + " esi_buffer_size 1k;"
+
+    PAGE, EXPECTED = big_page(300 * 1024)
+
+    def test_large_gzipped_page_assembles_through_1k_buffers(self):
+        self.origin.route("/page", self.PAGE, gzip=True)
+        self.origin.route("/esi/frag", FRAGMENT)
+        self.assertBody("/page", self.EXPECTED)
+
+    def test_large_gzipped_page_is_gzipped_again_for_a_gzip_client(self):
+        self.origin.route("/page", self.PAGE, gzip=True)
+        self.origin.route("/esi/frag", FRAGMENT)
+        _, headers, body = self.get("/page", {"Accept-Encoding": "gzip"})
+        self.assertEqual(headers.get("Content-Encoding"), "gzip")
+        self.assertEqual(gzip.decompress(body), self.EXPECTED)
+
+
+if __name__ == "__main__":
+    unittest.main()
