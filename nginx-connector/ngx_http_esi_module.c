@@ -1318,7 +1318,9 @@ ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
     ctx->rx_released = released;
     ctx->rx_verbatim_end = verbatim_end;
 
-    if (ctx->awaiting) {
+    if (esi_wire_bool(&splice, ESI_WIRE_SPLICE_ANSWERED_BIT)
+        && ctx->awaiting)
+    {
         ctx->awaiting--;
     }
 
@@ -1762,9 +1764,9 @@ ngx_http_esi_schedule(ngx_http_esi_ctx_t *ctx)
 
 /*
  * Armed from the open until esid's last splice, re-armed by each answer
- * and by each message written to esid.  esid may answer one message with
- * several splices, so "awaiting" is no count of what it still owes; it
- * only tells, when the timer expires, whether the silence is esid's.
+ * and by each message written to esid.  "awaiting" counts the messages
+ * esid has not finished answering (a splice marked "answered" ends one),
+ * so when the timer expires it tells whether the silence is esid's.
  */
 
 static void
@@ -1953,6 +1955,20 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 
     ctx->depth = depth;
     ctx->request = r;
+
+    if (ngx_http_esi_daemon.state == NGX_HTTP_ESI_IDLE) {
+
+        /*
+         * esid may be back before the backoff says so: a Unix socket
+         * connect() answers at once, so try now rather than fall back
+         */
+
+        if (ngx_http_esi_daemon.reconnect.timer_set) {
+            ngx_del_timer(&ngx_http_esi_daemon.reconnect);
+        }
+
+        ngx_http_esi_connect(&ngx_http_esi_daemon);
+    }
 
     if (ngx_http_esi_daemon.state == NGX_HTTP_ESI_IDLE) {
 

@@ -120,6 +120,9 @@ struct Splice {
   last @1 :Bool;
   # The stream is complete; nothing follows.
   instructions @2 :List(Instruction);
+  answered @3 :Bool;
+  # This splice completes esid's answer to one body or end message; a long
+  # answer comes as several splices and only the final one says so.
 }
 
 struct Instruction {

@@ -352,6 +352,7 @@ void WorkerSession::sendSplice(uint32_t id, StreamEntry& entry, bool last) {
     auto splice = response.initSplice();
     splice.setReleased(entry.releasedSent);
     splice.setLast(last && final);
+    splice.setAnswered(final);
     auto list = splice.initInstructions(static_cast<unsigned>(count));
     for (size_t i = 0; i < count; ++i) {
       const Instruction& instruction = instructions[next + i];
