@@ -3,9 +3,10 @@
 // served by its libuv loop (daemon/transport/worker_session.cc).  Whatever
 // the record, esid either answers or ends the session through its fatal
 // handler; it never crashes, leaks or hangs, and every answer it writes is
-// a message the connector's C reader accepts and whose verbatim ranges lie
-// within the bytes the stream was sent.  After an answered record, Cancel
-// of every stream must be accepted.
+// a message the connector's C reader accepts: a splice for a stream that
+// was opened, whose verbatim ranges lie within the bytes the stream was
+// sent, or the Purged answer to the record's Purge.  After an answered
+// record, Cancel of every stream must be accepted.
 //
 // Input: the record's payload.  Its length is rounded down to whole words:
 // esid refuses any other length before decoding anything, which one unit
@@ -17,6 +18,12 @@
 // a session per input (ESI_FUZZ_FRESH_SESSION=1) on the CI machine.  Every
 // input leaves the session as it found it (the Cancels), so an input
 // replays the same on its own.
+//
+// Zones: a Stored or Purge record is fed to a fresh Purger that knows one
+// zone, "fuzz", an empty scratch directory, already scanned; the harness
+// waits for any scan the record starts, then drops that Purger, so that no
+// input sees another's zones.  A Zone record naming a path that exists is
+// not fed at all: esid would scan the machine's real file system.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -34,6 +41,7 @@
 #include <vector>
 
 #include <capnp/serialize.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "esi.capnp.h"
@@ -41,6 +49,7 @@
 #include "esi_wire.h"
 #include "fuzz_check.h"
 #include "transport/worker_session.h"
+#include "variants/purger.h"
 
 namespace esi {
 namespace {
@@ -55,6 +64,7 @@ struct Decoded {
   wire::Request::Which which;
   uint32_t stream;
   size_t bodyBytes = 0;
+  std::string zonePath;
 };
 
 std::optional<Decoded> decode(const uint8_t* payload, size_t length) {
@@ -67,9 +77,11 @@ std::optional<Decoded> decode(const uint8_t* payload, size_t length) {
     options.nestingLimit = 8;
     capnp::FlatArrayMessageReader reader(words, options);
     auto request = reader.getRoot<wire::Request>();
-    Decoded decoded{request.which(), request.getStream()};
+    Decoded decoded{request.which(), request.getStream(), 0, {}};
     if (decoded.which == wire::Request::BODY) {
       decoded.bodyBytes = request.getBody().size();
+    } else if (decoded.which == wire::Request::ZONE) {
+      decoded.zonePath = request.getZone().getPath();
     }
     return decoded;
   } catch (const kj::Exception&) {
@@ -81,11 +93,13 @@ std::optional<Decoded> decode(const uint8_t* payload, size_t length) {
 // daemon/transport/worker_session-test.cc's TestWorker holds them.
 class Connection {
  public:
-  Connection(uv_loop_t* loop, Stats& stats) : loop_(loop) {
+  Connection(uv_loop_t* loop, Stats& stats, Purger& purger) : loop_(loop) {
     FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets_) ==
                0);
-    session_ = std::make_unique<WorkerSession>(
-        loop, sockets_[0], kRingSize, stats,
+    // Shared, as esid's server holds it: a late Purged answer finds the
+    // session through a weak pointer.
+    session_ = std::make_shared<WorkerSession>(
+        loop, sockets_[0], kRingSize, stats, purger,
         [this](std::string_view) { fatal_ = true; });
     FUZZ_CHECK(session_->start());
     receiveWelcome();
@@ -104,6 +118,10 @@ class Connection {
 
   // Stream bytes each stream was sent, as the worker counts them.
   std::vector<std::pair<uint32_t, uint64_t>> sent;
+  // The id of the record's Purge, which alone may be answered by Purged,
+  // and whether it was.
+  std::optional<uint32_t> purge;
+  bool purged = false;
 
   void record(const void* payload, uint32_t length) {
     void* slot;
@@ -209,10 +227,20 @@ class Connection {
       esi_wire_struct_t root, splice, instruction, include;
       esi_wire_list_t list;
       FUZZ_CHECK(esi_wire_open(&msg, payload, length, &root) == 0);
-      FUZZ_CHECK(esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET) ==
-                 ESI_WIRE_RESPONSE_SPLICE_WHICH);
-      const uint64_t* sentBytes =
-          sentTo(esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET));
+      const uint32_t stream =
+          esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET);
+      const uint16_t which =
+          esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET);
+      if (which == ESI_WIRE_RESPONSE_PURGED_WHICH) {
+        FUZZ_CHECK(purge && stream == *purge);
+        checkPurged(root);
+        purged = true;
+        if (esi_ring_release(&toWorker_)) wake(fds_[2]);
+        any = true;
+        continue;
+      }
+      FUZZ_CHECK(which == ESI_WIRE_RESPONSE_SPLICE_WHICH);
+      const uint64_t* sentBytes = sentTo(stream);
       FUZZ_CHECK(sentBytes != nullptr);
       FUZZ_CHECK(esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_SPLICE_PTR,
                                      &splice) == 0);
@@ -251,6 +279,22 @@ class Connection {
     return any;
   }
 
+  // Purged (ngx_http_esi_module.c): 16 bytes a file, a Text error.
+  static void checkPurged(const esi_wire_struct_t& root) {
+    esi_wire_struct_t purged;
+    const uint8_t* files;
+    size_t filesLength;
+    const char* error;
+    size_t errorLength;
+    FUZZ_CHECK(esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_PURGED_PTR,
+                                   &purged) == 0);
+    FUZZ_CHECK(esi_wire_get_data(&purged, ESI_WIRE_PURGED_FILES_PTR, &files,
+                                 &filesLength) == 0);
+    FUZZ_CHECK(filesLength % 16 == 0);
+    FUZZ_CHECK(esi_wire_get_text(&purged, ESI_WIRE_PURGED_ERROR_PTR, &error,
+                                 &errorLength) == 0);
+  }
+
   static void wake(int eventFd) {
     const uint64_t one = 1;
     FUZZ_CHECK(write(eventFd, &one, sizeof(one)) == sizeof(one));
@@ -258,7 +302,7 @@ class Connection {
 
   uv_loop_t* const loop_;
   int sockets_[2] = {-1, -1};
-  std::unique_ptr<WorkerSession> session_;
+  std::shared_ptr<WorkerSession> session_;
   bool fatal_ = false;
   int fds_[3] = {-1, -1, -1};  // memfd, worker eventfd, daemon eventfd
   void* map_ = nullptr;
@@ -267,20 +311,48 @@ class Connection {
   esi_ring_t toWorker_{};
 };
 
+// Whether a Purger still scans a zone.
+bool scanning(const Purger& purger) {
+  const nlohmann::json zones = purger.zones();
+  for (const auto& zone : zones) {
+    if (zone.value("scanning", false)) return true;
+  }
+  return false;
+}
+
 uv_loop_t loop;
 Stats stats;
+std::string scratchZone;  // an empty directory
+std::unique_ptr<Purger> purger;
 std::unique_ptr<Connection> connection;
+
+// Drops the session and the Purger once the loop has run what they left.
+void tearDown() {
+  connection.reset();
+  if (purger != nullptr) {
+    purger->close();
+    uv_run(&loop, UV_RUN_DEFAULT);  // until every scan's callback ran
+    purger.reset();
+  }
+}
+
+void removeScratchZone() { rmdir(scratchZone.c_str()); }
 
 }  // namespace
 }  // namespace esi
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  using namespace esi;
   // esid logs every violation and refused include, and a fuzzer makes
   // millions; ESI_FUZZ_VERBOSE=1 keeps the log, to see what one input does.
   if (std::getenv("ESI_FUZZ_VERBOSE") == nullptr) {
     spdlog::set_level(spdlog::level::off);
   }
-  FUZZ_CHECK(uv_loop_init(&esi::loop) == 0);
+  FUZZ_CHECK(uv_loop_init(&loop) == 0);
+  char dir[] = "/tmp/esi-fuzz-zone.XXXXXX";
+  FUZZ_CHECK(mkdtemp(dir) != nullptr);
+  scratchZone = dir;
+  std::atexit(removeScratchZone);
   return 0;
 }
 
@@ -291,19 +363,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The ring hands esid 8-byte aligned payloads, and so does this copy.
   std::vector<capnp::word> payload(length / sizeof(capnp::word));
   if (length > 0) std::memcpy(payload.data(), data, length);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
+  const std::optional<Decoded> decoded = decode(bytes, length);
+
+  struct stat st;
+  if (decoded && decoded->which == wire::Request::ZONE &&
+      stat(decoded->zonePath.c_str(), &st) == 0) {
+    return 0;  // esid would scan what is there
+  }
+  const bool zones =
+      decoded && (decoded->which == wire::Request::ZONE ||
+                  decoded->which == wire::Request::STORED ||
+                  decoded->which == wire::Request::PURGE);
 
   static const bool freshSession =
       std::getenv("ESI_FUZZ_FRESH_SESSION") != nullptr;
-  if (freshSession) connection.reset();
+  if (freshSession || zones) tearDown();
+  if (purger == nullptr) purger = std::make_unique<Purger>(&loop);
+  if (zones) {
+    purger->announce("fuzz", scratchZone, 1 << 20);
+    while (scanning(*purger)) uv_run(&loop, UV_RUN_ONCE);
+  }
   if (connection == nullptr) {
-    connection = std::make_unique<Connection>(&loop, stats);
+    connection = std::make_unique<Connection>(&loop, stats, *purger);
   }
   Connection& c = *connection;
   c.sent = {{kPageStream, 0}};
+  c.purge.reset();
+  c.purged = false;
   c.open(kPageStream);
 
-  const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
-  const std::optional<Decoded> decoded = decode(bytes, length);
   if (decoded) {
     if (decoded->which == wire::Request::OPEN &&
         decoded->stream != kPageStream) {
@@ -311,19 +400,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (decoded->which == wire::Request::BODY &&
                decoded->stream == kPageStream) {
       c.sent[0].second = decoded->bodyBytes;
+    } else if (decoded->which == wire::Request::PURGE) {
+      c.purge = decoded->stream;
     }
   }
   c.record(bytes, length);
   c.serve();
+  // A purge waits for the scan its record started, if any.
+  while (!c.fatal() && scanning(*purger)) {
+    uv_run(&loop, UV_RUN_ONCE);
+    c.serve();
+  }
 
   if (c.fatal()) {
     connection.reset();  // esid closes a connection after a violation
-    return 0;
+  } else {
+    FUZZ_CHECK(!c.purge || c.purged);  // every purge is answered
+    // The record was answered: cancelling what is open must be too.
+    for (const auto& [id, bytes] : c.sent) c.cancel(id);
+    c.serve();
+    FUZZ_CHECK(!c.fatal());
+    FUZZ_CHECK(stats.activeStreams == 0);
   }
-  // The record was answered: cancelling what is open must be too.
-  for (const auto& [id, bytes] : c.sent) c.cancel(id);
-  c.serve();
-  FUZZ_CHECK(!c.fatal());
-  FUZZ_CHECK(stats.activeStreams == 0);
+  if (zones) tearDown();
   return 0;
 }

@@ -1,7 +1,8 @@
 // The connector's C reader (nginx-connector/esi_wire.c) on any bytes, walked
 // the way ngx_http_esi_module.c walks what esid sends: a Welcome's fields, a
 // Response's stream and union, a Splice, its instruction list, each
-// verbatim's fields and each include's texts, or a fail reason.  Whatever
+// verbatim's fields and each include's texts, a fail reason, or a Purged
+// answer's files and error.  Whatever
 // the bytes, nothing is read outside the message (ASan, and the explicit
 // checks below), every Text is as long as strlen says, and the work a
 // message can cause is bounded by its size.
@@ -115,6 +116,26 @@ void walkSplice(const Bounds& seg, const esi_wire_msg_t& msg,
   }
 }
 
+// The answer to a purge: 16 bytes a file, two flags, an error Text.
+void walkPurged(const Bounds& seg, const esi_wire_struct_t& root) {
+  esi_wire_struct_t purged;
+  const uint8_t* files;
+  size_t length;
+  if (esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_PURGED_PTR, &purged) != 0) {
+    return;
+  }
+  checkStruct(seg, purged);
+  if (esi_wire_get_data(&purged, ESI_WIRE_PURGED_FILES_PTR, &files,
+                        &length) == 0 &&
+      length > 0) {
+    FUZZ_CHECK(seg.contains(files, length));
+    touch(files, length);
+  }
+  sink += esi_wire_bool(&purged, ESI_WIRE_PURGED_SCANNED_BIT);
+  sink += esi_wire_bool(&purged, ESI_WIRE_PURGED_MORE_BIT);
+  checkText(seg, purged, ESI_WIRE_PURGED_ERROR_PTR);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -135,7 +156,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   sink += esi_wire_u32(&root, ESI_WIRE_WELCOME_RING_SIZE_OFFSET);
   sink += esi_wire_u32(&root, ESI_WIRE_WELCOME_DAEMON_PID_OFFSET);
 
-  // As a Response (ngx_http_esi_response, ngx_http_esi_splice).
+  // As a Response (ngx_http_esi_response, ngx_http_esi_splice, and the
+  // purge's answer).
   sink += esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET);
   switch (esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET)) {
     case ESI_WIRE_RESPONSE_SPLICE_WHICH:
@@ -143,6 +165,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case ESI_WIRE_RESPONSE_FAIL_WHICH:
       checkText(seg, root, ESI_WIRE_RESPONSE_FAIL_PTR);
+      break;
+    case ESI_WIRE_RESPONSE_PURGED_WHICH:
+      walkPurged(seg, root);
       break;
   }
   return 0;

@@ -89,6 +89,18 @@ void responses() {
     response.setFail("parser gave up");
     saveResponse("fail", message);
   }
+  {
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<esi::wire::Response>();
+    response.setStream(5);
+    auto purged = response.initPurged();
+    auto files = purged.initFiles(32);
+    for (size_t i = 0; i < files.size(); ++i) files[i] = static_cast<uint8_t>(i);
+    purged.setScanned(true);
+    purged.setMore(false);
+    purged.setError("");
+    saveResponse("purged", message);
+  }
 }
 
 // A Request as the connector writes it (the C writer).
@@ -143,6 +155,59 @@ void requests() {
        "<!-- c --><![CDATA[<esi:include src=\"/no\"/>]]>"
        "<esi:vars>$(HTTP_HOST)</esi:vars><esi:comment text=\"x\"/>"
        "<esi:unknown/></esi:include>");
+  // Stored and Purge records meet a zone "fuzz" the harness announced.
+  saveRequest("zone-missing-dir", 0, ESI_WIRE_REQUEST_ZONE_WHICH,
+              [](esi_wire_out_t* req) {
+                esi_wire_out_t zone;
+                esi_wire_set_struct(req, ESI_WIRE_REQUEST_ZONE_PTR,
+                                    ESI_WIRE_ZONE_DATA_WORDS,
+                                    ESI_WIRE_ZONE_POINTERS, &zone);
+                esi_wire_set_text(&zone, ESI_WIRE_ZONE_NAME_PTR, "z", 1);
+                esi_wire_set_text(&zone, ESI_WIRE_ZONE_PATH_PTR,
+                                  "/nonexistent/esi-cache", 22);
+                esi_wire_set_u64(&zone, ESI_WIRE_ZONE_INDEX_BYTES_OFFSET,
+                                 1 << 20);
+              });
+  saveRequest("stored", 0, ESI_WIRE_REQUEST_STORED_WHICH,
+              [](esi_wire_out_t* req) {
+                esi_wire_out_t stored;
+                esi_wire_set_struct(req, ESI_WIRE_REQUEST_STORED_PTR,
+                                    ESI_WIRE_STORED_DATA_WORDS,
+                                    ESI_WIRE_STORED_POINTERS, &stored);
+                esi_wire_set_text(&stored, ESI_WIRE_STORED_ZONE_PTR, "fuzz", 4);
+                esi_wire_set_text(&stored, ESI_WIRE_STORED_KEY_PTR,
+                                  "http://example.com/a", 20);
+                uint8_t* file =
+                    esi_wire_alloc_data(&stored, ESI_WIRE_STORED_FILE_PTR, 16);
+                std::memcpy(file, "0123456789abcdef", 16);
+                esi_wire_set_text(&stored, ESI_WIRE_STORED_TAGS_PTR,
+                                  " t1  t2 ", 8);
+              });
+  const struct {
+    const char* name;
+    uint16_t which;
+    unsigned ptr;
+    const char* value;
+  } purges[] = {
+      {"purge-key", ESI_WIRE_PURGE_KEY_WHICH, ESI_WIRE_PURGE_KEY_PTR,
+       "http://example.com/a"},
+      {"purge-key-prefix", ESI_WIRE_PURGE_KEY_PREFIX_WHICH,
+       ESI_WIRE_PURGE_KEY_PREFIX_PTR, "http://example.com/"},
+      {"purge-tag", ESI_WIRE_PURGE_TAG_WHICH, ESI_WIRE_PURGE_TAG_PTR, "t1"},
+  };
+  for (const auto& p : purges) {
+    saveRequest(p.name, 11, ESI_WIRE_REQUEST_PURGE_WHICH,
+                [&](esi_wire_out_t* req) {
+                  esi_wire_out_t purge;
+                  esi_wire_set_struct(req, ESI_WIRE_REQUEST_PURGE_PTR,
+                                      ESI_WIRE_PURGE_DATA_WORDS,
+                                      ESI_WIRE_PURGE_POINTERS, &purge);
+                  esi_wire_set_text(&purge, ESI_WIRE_PURGE_ZONE_PTR, "fuzz", 4);
+                  esi_wire_set_u16(&purge, ESI_WIRE_PURGE_WHICH_OFFSET, p.which);
+                  esi_wire_set_text(&purge, p.ptr, p.value,
+                                    std::strlen(p.value));
+                });
+  }
   saveRequest("end-stream-1", 1, ESI_WIRE_REQUEST_END_WHICH,
               [](esi_wire_out_t*) {});
   saveRequest("cancel-stream-1", 1, ESI_WIRE_REQUEST_CANCEL_WHICH,
