@@ -52,7 +52,8 @@ void ZoneIndex::add(StoredFile&& stored) {
     drop(stored.main, true);
   }
   while (bytes_ > maxBytes_ && !lru_.empty()) {
-    drop(lru_.back(), true);
+    const Md5 victim = lru_.back();  // drop() erases the list node
+    drop(victim, true);
   }
 }
 
@@ -113,6 +114,12 @@ void ZoneIndex::forget(const std::vector<Md5>& mains) {
     drop(main, false);
     doubtful_.erase(main);  // provably nothing left of it
   }
+}
+
+void ZoneIndex::doubtAll() {
+  if (scanning_) spoiledDuringScan_ = true;
+  complete_ = false;
+  doubtful_.clear();
 }
 
 void ZoneIndex::beginScan() {
