@@ -51,12 +51,27 @@
 #define NGX_HTTP_ESI_WELCOME_WORDS     32
 #define NGX_HTTP_ESI_DRAIN_BATCH       1024
 
+/* messages waiting for room in the ring to esid, in bytes */
+#define NGX_HTTP_ESI_POSTED_MAX        (4 * 1024 * 1024)
+
+#define NGX_HTTP_ESI_PURGE_OFF         0
+#define NGX_HTTP_ESI_PURGE_METHOD      1    /* in the cached location */
+#define NGX_HTTP_ESI_PURGE_LOCATION    2    /* a location of its own */
+
+#define NGX_HTTP_ESI_PURGE_KEY         0
+#define NGX_HTTP_ESI_PURGE_PREFIX      1
+#define NGX_HTTP_ESI_PURGE_TAG         2
+
 
 typedef struct {
     ngx_str_t                  daemon;
     ngx_url_t                  url;
     ngx_msec_t                 timeout;
     ngx_flag_t                 used;
+
+    size_t                     purge_index;
+    ngx_msec_t                 purge_timeout;
+    ngx_array_t                purge_zones;  /* of ngx_shm_zone_t * */
 } ngx_http_esi_main_conf_t;
 
 
@@ -69,6 +84,12 @@ typedef struct {
 
     ngx_hash_t                 types;
     ngx_array_t               *types_keys;
+
+    ngx_uint_t                 purge;
+    ngx_str_t                  purge_method;
+    ngx_array_t               *purge_from;  /* of ngx_cidr_t; NULL: all */
+    ngx_shm_zone_t            *purge_zone;
+    ngx_http_complex_value_t  *purge_key;
 } ngx_http_esi_loc_conf_t;
 
 
@@ -163,6 +184,42 @@ typedef struct {
 } ngx_http_esi_ctx_t;
 
 
+/* a purge waiting for esid's answer */
+
+typedef struct {
+    ngx_rbtree_node_t          node;        /* key: the purge's id */
+
+    ngx_http_request_t        *request;
+    ngx_shm_zone_t            *zone;
+    ngx_http_file_cache_t     *cache;
+    ngx_uint_t                 kind;
+    ngx_str_t                  key;         /* the key, prefix or tags */
+    ngx_array_t               *tags;        /* of ngx_str_t */
+    ngx_uint_t                 next_tag;
+    u_char                    *name;        /* a cache file's path */
+    size_t                     name_len;
+
+    ngx_uint_t                 count;       /* files removed */
+    ngx_uint_t                 status;
+    ngx_str_t                  error;
+
+    ngx_event_t                timer;
+    ngx_event_t                finish;
+
+    unsigned                   in_table:1;
+    unsigned                   scanned:1;
+} ngx_http_esi_purge_t;
+
+
+/* a message for esid waiting for room in the ring */
+
+typedef struct {
+    ngx_queue_t                link;
+    size_t                     len;
+    uint64_t                   data[1];
+} ngx_http_esi_msg_t;
+
+
 typedef struct {
     ngx_http_esi_main_conf_t  *conf;
     ngx_log_t                 *log;
@@ -186,6 +243,11 @@ typedef struct {
     ngx_rbtree_node_t          sentinel;
     ngx_queue_t                tx_wait;
     ngx_queue_t                wake;
+
+    ngx_queue_t                posted;      /* of ngx_http_esi_msg_t */
+    size_t                     posted_size;
+    ngx_rbtree_t               purges;
+    ngx_rbtree_node_t          purge_sentinel;
 
     ngx_event_t                reconnect;
     ngx_event_t                wake_event;
@@ -219,7 +281,14 @@ static ngx_int_t ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx,
     esi_wire_struct_t *root);
 static ngx_int_t ngx_http_esi_wire_str(ngx_http_request_t *r,
     esi_wire_struct_t *s, unsigned ptr, ngx_str_t *str, ngx_uint_t is_path);
+static ngx_int_t ngx_http_esi_purged(ngx_http_esi_purge_t *p,
+    esi_wire_struct_t *root);
 static void ngx_http_esi_flush(ngx_http_esi_daemon_t *d);
+static ngx_int_t ngx_http_esi_announce(ngx_http_esi_daemon_t *d);
+static ngx_int_t ngx_http_esi_post(ngx_http_esi_daemon_t *d, void *buf,
+    size_t len);
+static ngx_int_t ngx_http_esi_flush_posted(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_free_posted(ngx_http_esi_daemon_t *d);
 static ngx_int_t ngx_http_esi_send(ngx_http_esi_daemon_t *d,
     ngx_http_esi_ctx_t *ctx);
 static void *ngx_http_esi_reserve(ngx_http_esi_daemon_t *d, size_t need);
@@ -229,6 +298,7 @@ static ngx_int_t ngx_http_esi_send_short(ngx_http_esi_daemon_t *d,
 static void ngx_http_esi_cancel(ngx_http_esi_daemon_t *d, uint32_t id);
 static ngx_http_esi_ctx_t *ngx_http_esi_lookup(ngx_http_esi_daemon_t *d,
     uint32_t id);
+static ngx_rbtree_node_t *ngx_http_esi_find(ngx_rbtree_t *tree, uint32_t id);
 static void ngx_http_esi_unlink(ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_fail(ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_forget(ngx_http_esi_ctx_t *ctx);
@@ -240,6 +310,10 @@ static void ngx_http_esi_resume_handler(ngx_event_t *ev);
 static void ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx);
 
 static ngx_int_t ngx_http_esi_header_filter(ngx_http_request_t *r);
+static void ngx_http_esi_report(ngx_http_request_t *r,
+    ngx_http_esi_main_conf_t *emcf);
+static ngx_int_t ngx_http_esi_report_file(ngx_http_request_t *r,
+    ngx_str_t *zone, ngx_str_t *key, u_char *file, ngx_str_t *tags);
 static ngx_uint_t ngx_http_esi_encoding(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_open(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
@@ -285,6 +359,23 @@ static ngx_int_t ngx_http_esi_output(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
 
+static ngx_int_t ngx_http_esi_purge_access(ngx_http_request_t *r);
+static ngx_int_t ngx_http_esi_purge_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_esi_purge_tags(ngx_http_request_t *r,
+    ngx_http_esi_purge_t *p);
+static ngx_int_t ngx_http_esi_purge_send(ngx_http_esi_purge_t *p);
+static ngx_uint_t ngx_http_esi_purge_file(ngx_http_esi_purge_t *p,
+    const u_char *key);
+static ngx_http_file_cache_node_t *ngx_http_esi_cache_lookup(
+    ngx_http_file_cache_t *cache, const u_char *key);
+static void ngx_http_esi_purge_done(ngx_http_esi_purge_t *p,
+    ngx_uint_t status, const char *error);
+static void ngx_http_esi_purge_timeout_handler(ngx_event_t *ev);
+static void ngx_http_esi_purge_finish_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_esi_purge_respond(ngx_http_request_t *r,
+    ngx_http_esi_purge_t *p);
+static void ngx_http_esi_purge_cleanup(void *data);
+
 static ngx_int_t ngx_http_esi_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_esi_add_variables(ngx_conf_t *cf);
@@ -293,6 +384,11 @@ static char *ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_esi_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
+static char *ngx_http_esi_cache_purge(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_esi_purge_index(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_filter_init(ngx_conf_t *cf);
 
 
@@ -362,6 +458,34 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       offsetof(ngx_http_esi_main_conf_t, timeout),
       NULL },
 
+    { ngx_string("esi_cache_purge"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_esi_cache_purge,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("esi_cache_purge_key"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, purge_key),
+      NULL },
+
+    { ngx_string("esi_purge_index"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_esi_purge_index,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("esi_purge_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_main_conf_t, purge_timeout),
+      NULL },
+
       ngx_null_command
 };
 
@@ -396,6 +520,9 @@ ngx_module_t  ngx_http_esi_module = {
     NGX_MODULE_V1_PADDING
 };
 
+
+/* the proxy module's loc conf starts with its ngx_http_upstream_conf_t */
+extern ngx_module_t  ngx_http_proxy_module;
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
@@ -458,6 +585,8 @@ ngx_http_esi_init_process(ngx_cycle_t *cycle)
     ngx_rbtree_init(&d->streams, &d->sentinel, ngx_rbtree_insert_value);
     ngx_queue_init(&d->tx_wait);
     ngx_queue_init(&d->wake);
+    ngx_queue_init(&d->posted);
+    ngx_rbtree_init(&d->purges, &d->purge_sentinel, ngx_rbtree_insert_value);
 
     d->reconnect.handler = ngx_http_esi_reconnect_handler;
     d->reconnect.log = cycle->log;
@@ -945,6 +1074,10 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
                   "esi: attached to esid pid %uD, ring %uD bytes",
                   pid, ring_size);
 
+    if (ngx_http_esi_announce(d) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     ngx_http_esi_flush(d);
 
     /* esid may have written before we watched the eventfd */
@@ -973,6 +1106,14 @@ ngx_http_esi_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
 
         ngx_http_esi_unlink(ctx);
         ngx_http_esi_fail(ctx);
+    }
+
+    while (d->purges.root != d->purges.sentinel) {
+        node = ngx_rbtree_min(d->purges.root, d->purges.sentinel);
+
+        ngx_http_esi_purge_done((ngx_http_esi_purge_t *) node,
+                                NGX_HTTP_SERVICE_UNAVAILABLE,
+                                "the connection to esid was lost");
     }
 
     if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
@@ -1022,6 +1163,8 @@ ngx_http_esi_close(ngx_http_esi_daemon_t *d)
         d->pool = NULL;
         d->cancels = NULL;
     }
+
+    ngx_http_esi_free_posted(d);
 }
 
 
@@ -1098,6 +1241,7 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
     const char          *reason;
     esi_wire_msg_t       msg;
     esi_wire_struct_t    root;
+    ngx_rbtree_node_t   *node;
     ngx_http_esi_ctx_t  *ctx;
 
     if (esi_wire_open(&msg, p, len, &root) != 0) {
@@ -1112,13 +1256,26 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
     ctx = ngx_http_esi_lookup(d, id);
 
     if (ctx == NULL) {
+        node = ngx_http_esi_find(&d->purges, id);
+
+        if (node) {
+            if (which != ESI_WIRE_RESPONSE_PURGED_WHICH) {
+                ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                              "esi: response %ud from esid to purge %uD",
+                              which, id);
+                return NGX_ERROR;
+            }
+
+            return ngx_http_esi_purged((ngx_http_esi_purge_t *) node, &root);
+        }
+
         if (id == 0 || id >= d->next_id) {
             ngx_log_error(NGX_LOG_ERR, d->log, 0,
                           "esi: response for stream %uD never opened", id);
             return NGX_ERROR;
         }
 
-        /* a stream we cancelled or failed */
+        /* a stream we cancelled or failed, a purge that is over */
         return NGX_OK;
     }
 
@@ -1372,6 +1529,79 @@ ngx_http_esi_wire_str(ngx_http_request_t *r, esi_wire_struct_t *s,
 }
 
 
+/* an answer to a purge: mark and unlink the files it names */
+
+static ngx_int_t
+ngx_http_esi_purged(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
+{
+    size_t                  n, len;
+    const char             *error;
+    const uint8_t          *files;
+    esi_wire_struct_t       purged;
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
+
+    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PURGED_PTR, &purged) != 0
+        || esi_wire_get_data(&purged, ESI_WIRE_PURGED_FILES_PTR, &files, &len)
+           != 0
+        || len % NGX_HTTP_CACHE_KEY_LEN != 0
+        || esi_wire_get_text(&purged, ESI_WIRE_PURGED_ERROR_PTR, &error, &n)
+           != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: malformed purge answer from esid");
+        return NGX_ERROR;
+    }
+
+    if (esi_wire_bool(&purged, ESI_WIRE_PURGED_SCANNED_BIT)) {
+        p->scanned = 1;
+    }
+
+    for (/* void */; len; len -= NGX_HTTP_CACHE_KEY_LEN) {
+        p->count += ngx_http_esi_purge_file(p, files);
+        files += NGX_HTTP_CACHE_KEY_LEN;
+    }
+
+    if (n) {
+        p->error.len = ngx_min(n, 256);
+        p->error.data = ngx_pnalloc(p->request->pool, p->error.len);
+
+        if (p->error.data) {
+            ngx_memcpy(p->error.data, error, p->error.len);
+
+        } else {
+            p->error.len = 0;
+        }
+
+        ngx_http_esi_purge_done(p, NGX_HTTP_SERVICE_UNAVAILABLE, NULL);
+        return NGX_OK;
+    }
+
+    if (esi_wire_bool(&purged, ESI_WIRE_PURGED_MORE_BIT)) {
+        ngx_add_timer(&p->timer, d->conf->purge_timeout);
+        return NGX_OK;
+    }
+
+    if (p->tags && p->next_tag < p->tags->nelts) {
+        ngx_rbtree_delete(&d->purges, &p->node);
+        p->in_table = 0;
+
+        if (ngx_http_esi_purge_send(p) != NGX_OK) {
+            ngx_http_esi_purge_done(p, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                    "cannot ask esid");
+        }
+
+        return NGX_OK;
+    }
+
+    ngx_http_esi_purge_done(p, p->count ? NGX_HTTP_OK : NGX_HTTP_NOT_FOUND,
+                            NULL);
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_esi_flush(ngx_http_esi_daemon_t *d)
 {
@@ -1387,6 +1617,12 @@ ngx_http_esi_flush(ngx_http_esi_daemon_t *d)
     }
 
     for ( ;; ) {
+
+        rc = ngx_http_esi_flush_posted(d);
+
+        if (rc == NGX_AGAIN) {
+            goto wait;
+        }
 
         id = d->cancels->elts;
 
@@ -1447,6 +1683,205 @@ ngx_http_esi_flush(ngx_http_esi_daemon_t *d)
                           "esi: write() to esid's eventfd failed");
         }
     }
+}
+
+
+/*
+ * Tells esid which proxy_cache zones this worker serves, first thing on a
+ * new connection: the announcements go ahead of anything queued while
+ * connecting.
+ */
+
+static ngx_int_t
+ngx_http_esi_announce(ngx_http_esi_daemon_t *d)
+{
+    size_t                   need;
+    u_char                  *buf;
+    ngx_str_t               *name, *path;
+    ngx_uint_t               i;
+    ngx_queue_t             *q, *first;
+    ngx_shm_zone_t         **zone;
+    esi_wire_out_t           req, z;
+    esi_wire_builder_t       b;
+    ngx_http_file_cache_t   *cache;
+
+    zone = d->conf->purge_zones.elts;
+    first = ngx_queue_head(&d->posted);   /* the sentinel when empty */
+
+    for (i = 0; i < d->conf->purge_zones.nelts; i++) {
+        cache = zone[i]->data;
+        name = &zone[i]->shm.name;
+        path = &cache->path->name;
+
+        need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                             + ESI_WIRE_REQUEST_POINTERS
+                             + ESI_WIRE_ZONE_DATA_WORDS
+                             + ESI_WIRE_ZONE_POINTERS,
+                             esi_wire_blob(name->len + 1)
+                             + esi_wire_blob(path->len + 1));
+
+        buf = ngx_palloc(d->pool, need);
+        if (buf == NULL) {
+            return NGX_ERROR;
+        }
+
+        esi_wire_builder_init(&b, buf, need);
+
+        (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
+                             ESI_WIRE_REQUEST_POINTERS, &req);
+        esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
+                         ESI_WIRE_REQUEST_ZONE_WHICH);
+        (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_ZONE_PTR,
+                                   ESI_WIRE_ZONE_DATA_WORDS,
+                                   ESI_WIRE_ZONE_POINTERS, &z);
+        (void) esi_wire_set_text(&z, ESI_WIRE_ZONE_NAME_PTR,
+                                 (const char *) name->data, name->len);
+        (void) esi_wire_set_text(&z, ESI_WIRE_ZONE_PATH_PTR,
+                                 (const char *) path->data, path->len);
+        esi_wire_set_u64(&z, ESI_WIRE_ZONE_INDEX_BYTES_OFFSET,
+                         (uint64_t) d->conf->purge_index);
+
+        if (esi_wire_finish(&b) != need) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_esi_post(d, buf, need) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        /*
+         * what was queued while connecting (reports, purges) must come
+         * after the announcements: move this one from the tail to just
+         * before the first of those
+         */
+
+        if (first != ngx_queue_sentinel(&d->posted)) {
+            q = ngx_queue_last(&d->posted);
+
+            if (q != first) {
+                ngx_queue_remove(q);
+                ngx_queue_insert_tail(first, q);
+            }
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Writes a message that waits for no answer (zone, stored) or whose answer
+ * finds its purge by id: into the ring when nothing waits before it, into
+ * the queue otherwise, in order.  NGX_DECLINED: esid is not connected, or
+ * the message cannot be queued (the connection is then dropped).
+ */
+
+static ngx_int_t
+ngx_http_esi_post(ngx_http_esi_daemon_t *d, void *buf, size_t len)
+{
+    void                *p;
+    ngx_http_esi_msg_t  *m;
+
+    if (d->state == NGX_HTTP_ESI_IDLE) {
+        return NGX_DECLINED;
+    }
+
+    if (d->state == NGX_HTTP_ESI_READY && ngx_queue_empty(&d->posted)) {
+
+        if (len > esi_ring_max_payload(&d->tx)) {
+            ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                          "esi: a %uz byte message does not fit the ring",
+                          len);
+            return NGX_DECLINED;
+        }
+
+        p = ngx_http_esi_reserve(d, len);
+
+        if (p) {
+            ngx_memcpy(p, buf, len);
+            ngx_http_esi_commit(d, len);
+            ngx_http_esi_flush(d);
+            return NGX_OK;
+        }
+    }
+
+    if (d->posted_size + len > NGX_HTTP_ESI_POSTED_MAX) {
+        ngx_http_esi_drop(d, NGX_LOG_ERR,
+                          "esi: too many messages wait for room in the ring");
+        return NGX_DECLINED;
+    }
+
+    /*
+     * Freed one by one as the ring takes them, in any order of size, so
+     * they cannot live in a pool.
+     */
+
+    m = ngx_alloc(offsetof(ngx_http_esi_msg_t, data) + len, d->log);
+    if (m == NULL) {
+        ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: out of memory");
+        return NGX_DECLINED;
+    }
+
+    m->len = len;
+    ngx_memcpy(m->data, buf, len);
+
+    ngx_queue_insert_tail(&d->posted, &m->link);
+    d->posted_size += len;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_flush_posted(ngx_http_esi_daemon_t *d)
+{
+    void                *p;
+    ngx_queue_t         *q;
+    ngx_http_esi_msg_t  *m;
+
+    while (!ngx_queue_empty(&d->posted)) {
+        q = ngx_queue_head(&d->posted);
+        m = ngx_queue_data(q, ngx_http_esi_msg_t, link);
+
+        if (m->len > esi_ring_max_payload(&d->tx)) {
+
+            /* queued while connecting, before the ring size was known */
+
+            ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                          "esi: a %uz byte message does not fit the ring, "
+                          "dropped", m->len);
+
+        } else {
+            p = ngx_http_esi_reserve(d, m->len);
+            if (p == NULL) {
+                return NGX_AGAIN;
+            }
+
+            ngx_memcpy(p, m->data, m->len);
+            ngx_http_esi_commit(d, m->len);
+        }
+
+        ngx_queue_remove(q);
+        d->posted_size -= m->len;
+        ngx_free(m);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_esi_free_posted(ngx_http_esi_daemon_t *d)
+{
+    ngx_queue_t  *q;
+
+    while (!ngx_queue_empty(&d->posted)) {
+        q = ngx_queue_head(&d->posted);
+        ngx_queue_remove(q);
+        ngx_free(ngx_queue_data(q, ngx_http_esi_msg_t, link));
+    }
+
+    d->posted_size = 0;
 }
 
 
@@ -1671,10 +2106,19 @@ ngx_http_esi_cancel(ngx_http_esi_daemon_t *d, uint32_t id)
 static ngx_http_esi_ctx_t *
 ngx_http_esi_lookup(ngx_http_esi_daemon_t *d, uint32_t id)
 {
+    return (ngx_http_esi_ctx_t *) ngx_http_esi_find(&d->streams, id);
+}
+
+
+/* streams and purges share one id space, in two tables */
+
+static ngx_rbtree_node_t *
+ngx_http_esi_find(ngx_rbtree_t *tree, uint32_t id)
+{
     ngx_rbtree_node_t  *node, *sentinel;
 
-    node = d->streams.root;
-    sentinel = d->streams.sentinel;
+    node = tree->root;
+    sentinel = tree->sentinel;
 
     while (node != sentinel) {
 
@@ -1688,7 +2132,7 @@ ngx_http_esi_lookup(ngx_http_esi_daemon_t *d, uint32_t id)
             continue;
         }
 
-        return (ngx_http_esi_ctx_t *) node;
+        return node;
     }
 
     return NULL;
@@ -1873,10 +2317,21 @@ ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx)
 static ngx_int_t
 ngx_http_esi_header_filter(ngx_http_request_t *r)
 {
-    ngx_uint_t                depth, encoding;
-    ngx_http_request_t       *pr;
-    ngx_http_esi_ctx_t       *ctx, *pctx;
-    ngx_http_esi_loc_conf_t  *elcf;
+    ngx_uint_t                 depth, encoding;
+    ngx_http_request_t        *pr;
+    ngx_http_esi_ctx_t        *ctx, *pctx;
+    ngx_http_esi_loc_conf_t   *elcf;
+    ngx_http_esi_main_conf_t  *emcf;
+
+    emcf = ngx_http_get_module_main_conf(r, ngx_http_esi_module);
+
+    if (r->cache && emcf->purge_zones.nelts) {
+        ngx_http_esi_report(r, emcf);
+    }
+
+    if (r->content_handler == ngx_http_esi_purge_handler) {
+        return ngx_http_next_header_filter(r);
+    }
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
 
@@ -2006,6 +2461,253 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
     ngx_http_clear_etag(r);
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * Tells esid about a file of an announced zone that this response was
+ * served from or is being stored into, so that its variant index stays
+ * complete.  The header filter runs before the upstream module computes
+ * the final file name from the response's Vary: a response being stored
+ * goes under r->cache->key or, if its Vary changed, back under
+ * r->cache->main, so both are reported.  A name that never gets written
+ * costs esid nothing but an entry a purge finds absent.
+ */
+
+static void
+ngx_http_esi_report(ngx_http_request_t *r, ngx_http_esi_main_conf_t *emcf)
+{
+    u_char            *p;
+    size_t             len;
+    ngx_str_t          key, tags, *name, *k;
+    ngx_uint_t         i, n, store;
+    ngx_list_part_t   *part;
+    ngx_table_elt_t   *h;
+    ngx_shm_zone_t   **zone;
+    ngx_http_cache_t  *c;
+
+    c = r->cache;
+
+    store = (r->upstream && r->upstream->cacheable && !r->cached);
+
+    if (!r->cached && !store) {
+        return;
+    }
+
+    zone = emcf->purge_zones.elts;
+
+    for (i = 0; i < emcf->purge_zones.nelts; i++) {
+        if (zone[i] == c->file_cache->shm_zone) {
+            break;
+        }
+    }
+
+    if (i == emcf->purge_zones.nelts) {
+        return;
+    }
+
+    name = &zone[i]->shm.name;
+
+    if (ngx_http_esi_daemon.state == NGX_HTTP_ESI_IDLE) {
+
+        /*
+         * lost: esid puts the zone in doubt when this worker attaches
+         * again and announces it
+         */
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "esi: esid is not connected, cache report dropped");
+        return;
+    }
+
+    /* the key as NGINX writes its KEY line: the parts, concatenated */
+
+    len = 0;
+    k = c->keys.elts;
+
+    for (n = 0; n < c->keys.nelts; n++) {
+        len += k[n].len;
+    }
+
+    key.data = ngx_pnalloc(r->pool, len);
+    if (key.data == NULL) {
+        return;
+    }
+
+    p = key.data;
+
+    for (n = 0; n < c->keys.nelts; n++) {
+        p = ngx_cpymem(p, k[n].data, k[n].len);
+    }
+
+    key.len = len;
+
+    /*
+     * tags as the upstream sent them (as esid reads them from the file),
+     * even when proxy_hide_header keeps them from the client
+     */
+
+    part = r->upstream ? &r->upstream->headers_in.headers.part
+                       : &r->headers_out.headers.part;
+
+    for (n = 0; n < 2; n++) {
+        len = 0;
+        h = part->elts;
+
+        for (i = 0; /* void */; i++) {
+
+            if (i >= part->nelts) {
+                if (part->next == NULL) {
+                    break;
+                }
+
+                part = part->next;
+                h = part->elts;
+                i = 0;
+            }
+
+            if (h[i].hash == 0
+                || !((h[i].key.len == sizeof("Surrogate-Key") - 1
+                      && ngx_strncasecmp(h[i].key.data,
+                                         (u_char *) "Surrogate-Key",
+                                         h[i].key.len)
+                         == 0)
+                     || (h[i].key.len == sizeof("xkey") - 1
+                         && ngx_strncasecmp(h[i].key.data, (u_char *) "xkey",
+                                            h[i].key.len)
+                            == 0)))
+            {
+                continue;
+            }
+
+            if (n == 0) {
+                len += h[i].value.len + 1;
+                continue;
+            }
+
+            /* space separated, whatever separated them before */
+
+            for (p = h[i].value.data;
+                 p < h[i].value.data + h[i].value.len;
+                 p++)
+            {
+                if (*p == ' ' || *p == '\t' || *p == ',') {
+                    if (tags.len && tags.data[tags.len - 1] != ' ') {
+                        tags.data[tags.len++] = ' ';
+                    }
+
+                } else {
+                    tags.data[tags.len++] = *p;
+                }
+            }
+
+            if (tags.len && tags.data[tags.len - 1] != ' ') {
+                tags.data[tags.len++] = ' ';
+            }
+        }
+
+        if (n == 0) {
+            tags.len = 0;
+            tags.data = NULL;
+
+            if (len == 0) {
+                break;
+            }
+
+            tags.data = ngx_pnalloc(r->pool, len);
+            if (tags.data == NULL) {
+                return;
+            }
+
+            part = r->upstream ? &r->upstream->headers_in.headers.part
+                               : &r->headers_out.headers.part;
+
+        } else if (tags.len) {
+            tags.len--;
+        }
+    }
+
+    if (ngx_http_esi_report_file(r, name, &key, c->key, &tags) != NGX_OK) {
+        return;
+    }
+
+    if (store && ngx_memcmp(c->key, c->main, NGX_HTTP_CACHE_KEY_LEN) != 0) {
+        (void) ngx_http_esi_report_file(r, name, &key, c->main, &tags);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_esi_report_file(ngx_http_request_t *r, ngx_str_t *zone,
+    ngx_str_t *key, u_char *file, ngx_str_t *tags)
+{
+    size_t                  need;
+    u_char                 *buf, *dst;
+    esi_wire_out_t          req, stored;
+    esi_wire_builder_t      b;
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
+
+    need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                         + ESI_WIRE_REQUEST_POINTERS
+                         + ESI_WIRE_STORED_DATA_WORDS
+                         + ESI_WIRE_STORED_POINTERS,
+                         esi_wire_blob(zone->len + 1)
+                         + esi_wire_blob(key->len + 1)
+                         + esi_wire_blob(NGX_HTTP_CACHE_KEY_LEN)
+                         + esi_wire_blob(tags->len + 1));
+
+    buf = ngx_palloc(r->pool, need);
+    if (buf == NULL) {
+        return NGX_ERROR;
+    }
+
+    esi_wire_builder_init(&b, buf, need);
+
+    (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
+                         ESI_WIRE_REQUEST_POINTERS, &req);
+    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
+                     ESI_WIRE_REQUEST_STORED_WHICH);
+    (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_STORED_PTR,
+                               ESI_WIRE_STORED_DATA_WORDS,
+                               ESI_WIRE_STORED_POINTERS, &stored);
+    (void) esi_wire_set_text(&stored, ESI_WIRE_STORED_ZONE_PTR,
+                             (const char *) zone->data, zone->len);
+    (void) esi_wire_set_text(&stored, ESI_WIRE_STORED_KEY_PTR,
+                             (const char *) key->data, key->len);
+    dst = esi_wire_alloc_data(&stored, ESI_WIRE_STORED_FILE_PTR,
+                              NGX_HTTP_CACHE_KEY_LEN);
+    if (dst) {
+        ngx_memcpy(dst, file, NGX_HTTP_CACHE_KEY_LEN);
+    }
+
+    (void) esi_wire_set_text(&stored, ESI_WIRE_STORED_TAGS_PTR,
+                             (const char *) tags->data, tags->len);
+
+    if (esi_wire_finish(&b) != need) {
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "esi: cache report for \"%V\"", key);
+
+    if (ngx_http_esi_post(d, buf, need) == NGX_OK) {
+        return NGX_OK;
+    }
+
+    /*
+     * A report esid never gets leaves its index incomplete: drop the
+     * connection, so that esid doubts the zone (it does when a worker's
+     * connection ends, and when a worker announces a zone again).
+     */
+
+    if (d->state != NGX_HTTP_ESI_IDLE) {
+        ngx_http_esi_drop(d, NGX_LOG_ERR,
+                          "esi: a cache report cannot reach esid");
+    }
+
+    return NGX_ERROR;
 }
 
 
@@ -3096,6 +3798,655 @@ ngx_http_esi_release(ngx_http_esi_ctx_t *ctx)
 }
 
 
+/* purge */
+
+/*
+ * The same-location form: a request with the configured method, in a
+ * location whose proxy_cache zone esid indexes, is a purge when it comes
+ * from an allowed address.
+ */
+
+static ngx_int_t
+ngx_http_esi_purge_access(ngx_http_request_t *r)
+{
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    if (elcf->purge != NGX_HTTP_ESI_PURGE_METHOD
+        || r != r->main
+        || r->method_name.len != elcf->purge_method.len
+        || ngx_strncmp(r->method_name.data, elcf->purge_method.data,
+                       r->method_name.len)
+           != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (elcf->purge_from
+        && ngx_cidr_match(r->connection->sockaddr, elcf->purge_from)
+           != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: purge by %V forbidden", &r->connection->addr_text);
+        return NGX_HTTP_FORBIDDEN;
+    }
+
+    r->content_handler = ngx_http_esi_purge_handler;
+
+    return NGX_DECLINED;
+}
+
+
+static ngx_int_t
+ngx_http_esi_purge_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                 rc;
+    ngx_str_t                 key;
+    ngx_pool_cleanup_t       *cln;
+    ngx_http_esi_purge_t     *p;
+    ngx_http_esi_daemon_t    *d;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    if (r != r->main) {
+        return NGX_HTTP_FORBIDDEN;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+    d = &ngx_http_esi_daemon;
+
+    p = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_purge_t));
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_esi_purge_cleanup;
+    cln->data = p;
+
+    p->request = r;
+    p->zone = elcf->purge_zone;
+    p->cache = elcf->purge_zone->data;
+
+    p->timer.handler = ngx_http_esi_purge_timeout_handler;
+    p->timer.data = p;
+    p->timer.log = r->connection->log;
+
+    p->finish.handler = ngx_http_esi_purge_finish_handler;
+    p->finish.data = p;
+    p->finish.log = r->connection->log;
+
+    /* "path/" + "l/ll/" + 32 hex digits, as ngx_http_file_cache_name() */
+
+    p->name_len = p->cache->path->name.len + 1 + p->cache->path->len
+                  + 2 * NGX_HTTP_CACHE_KEY_LEN;
+
+    p->name = ngx_pnalloc(r->pool, p->name_len + 1);
+    if (p->name == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(p->name, p->cache->path->name.data, p->cache->path->name.len);
+
+    if (ngx_http_esi_purge_tags(r, p) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (p->tags == NULL) {
+        if (ngx_http_complex_value(r, elcf->purge_key, &key) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        p->kind = NGX_HTTP_ESI_PURGE_KEY;
+
+        if (key.len && key.data[key.len - 1] == '*') {
+            p->kind = NGX_HTTP_ESI_PURGE_PREFIX;
+            key.len--;
+        }
+
+        p->key = key;
+    }
+
+    if (d->state == NGX_HTTP_ESI_IDLE && d->conf) {
+
+        /* esid may be back before the backoff says so */
+
+        if (d->reconnect.timer_set) {
+            ngx_del_timer(&d->reconnect);
+        }
+
+        ngx_http_esi_connect(d);
+    }
+
+    if (d->state == NGX_HTTP_ESI_IDLE) {
+        p->status = NGX_HTTP_SERVICE_UNAVAILABLE;
+        ngx_str_set(&p->error, "esid is not connected");
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: purge of \"%V\" failed: esid is not connected",
+                      &p->key);
+
+        return ngx_http_esi_purge_respond(r, p);
+    }
+
+    if (ngx_http_esi_purge_send(p) != NGX_OK) {
+        p->status = NGX_HTTP_SERVICE_UNAVAILABLE;
+        ngx_str_set(&p->error, "cannot ask esid");
+        return ngx_http_esi_purge_respond(r, p);
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+/* a Surrogate-Key request header makes it a purge by tag, one per tag */
+
+static ngx_int_t
+ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
+{
+    u_char           *s, *e, *end;
+    ngx_str_t        *tag;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len != sizeof("Surrogate-Key") - 1
+            || ngx_strncasecmp(h[i].key.data, (u_char *) "Surrogate-Key",
+                               h[i].key.len)
+               != 0)
+        {
+            continue;
+        }
+
+        if (p->tags == NULL) {
+            p->tags = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
+            if (p->tags == NULL) {
+                return NGX_ERROR;
+            }
+
+            p->kind = NGX_HTTP_ESI_PURGE_TAG;
+            p->key = h[i].value;
+        }
+
+        end = h[i].value.data + h[i].value.len;
+
+        for (s = h[i].value.data; s < end; s = e) {
+            while (s < end && (*s == ' ' || *s == '\t' || *s == ',')) {
+                s++;
+            }
+
+            for (e = s; e < end && *e != ' ' && *e != '\t' && *e != ','; e++)
+            {
+                /* void */
+            }
+
+            if (e == s) {
+                continue;
+            }
+
+            tag = ngx_array_push(p->tags);
+            if (tag == NULL) {
+                return NGX_ERROR;
+            }
+
+            tag->data = s;
+            tag->len = e - s;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* Request{purge} under a fresh id, from the id space of the streams */
+
+static ngx_int_t
+ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
+{
+    size_t                  need;
+    u_char                 *buf;
+    uint16_t                which;
+    unsigned                ptr;
+    ngx_str_t              *value, *zone, *tag;
+    esi_wire_out_t          req, purge;
+    esi_wire_builder_t      b;
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
+    zone = &p->zone->shm.name;
+
+    switch (p->kind) {
+
+    case NGX_HTTP_ESI_PURGE_PREFIX:
+        which = ESI_WIRE_PURGE_KEY_PREFIX_WHICH;
+        ptr = ESI_WIRE_PURGE_KEY_PREFIX_PTR;
+        value = &p->key;
+        break;
+
+    case NGX_HTTP_ESI_PURGE_TAG:
+        which = ESI_WIRE_PURGE_TAG_WHICH;
+        ptr = ESI_WIRE_PURGE_TAG_PTR;
+        tag = p->tags->elts;
+        value = &tag[p->next_tag++];
+        break;
+
+    default: /* NGX_HTTP_ESI_PURGE_KEY */
+        which = ESI_WIRE_PURGE_KEY_WHICH;
+        ptr = ESI_WIRE_PURGE_KEY_PTR;
+        value = &p->key;
+        break;
+    }
+
+    need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                         + ESI_WIRE_REQUEST_POINTERS
+                         + ESI_WIRE_PURGE_DATA_WORDS
+                         + ESI_WIRE_PURGE_POINTERS,
+                         esi_wire_blob(zone->len + 1)
+                         + esi_wire_blob(value->len + 1));
+
+    buf = ngx_palloc(p->request->pool, need);
+    if (buf == NULL) {
+        return NGX_ERROR;
+    }
+
+    p->node.key = d->next_id++;
+
+    esi_wire_builder_init(&b, buf, need);
+
+    (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
+                         ESI_WIRE_REQUEST_POINTERS, &req);
+    esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET,
+                     (uint32_t) p->node.key);
+    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
+                     ESI_WIRE_REQUEST_PURGE_WHICH);
+    (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_PURGE_PTR,
+                               ESI_WIRE_PURGE_DATA_WORDS,
+                               ESI_WIRE_PURGE_POINTERS, &purge);
+    (void) esi_wire_set_text(&purge, ESI_WIRE_PURGE_ZONE_PTR,
+                             (const char *) zone->data, zone->len);
+    esi_wire_set_u16(&purge, ESI_WIRE_PURGE_WHICH_OFFSET, which);
+    (void) esi_wire_set_text(&purge, ptr, (const char *) value->data,
+                             value->len);
+
+    if (esi_wire_finish(&b) != need) {
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, p->request->connection->log, 0,
+                   "esi purge %ui \"%V\"", p->node.key, value);
+
+    if (ngx_http_esi_post(d, buf, need) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ngx_rbtree_insert(&d->purges, &p->node);
+    p->in_table = 1;
+
+    ngx_add_timer(&p->timer, d->conf->purge_timeout);
+
+    return NGX_OK;
+}
+
+
+/*
+ * Removes one file esid named: marks its keys_zone node as a purge must
+ * (under the zone's mutex; a node someone else already marked is left
+ * alone), then unlinks the file.  Returns 1 when the file was purged.
+ */
+
+static ngx_uint_t
+ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
+{
+    u_char                      *last;
+    ngx_err_t                    err;
+    ngx_uint_t                   marked, unlinked;
+    ngx_http_file_cache_t       *cache;
+    ngx_http_file_cache_node_t  *fcn;
+
+    cache = p->cache;
+    marked = 0;
+    unlinked = 0;
+
+    ngx_shmtx_lock(&cache->shpool->mutex);
+
+    fcn = ngx_http_esi_cache_lookup(cache, key);
+
+    if (fcn && fcn->exists) {
+        cache->sh->size -= fcn->fs_size;
+        fcn->fs_size = 0;
+        fcn->exists = 0;
+        fcn->updating = 0;
+        marked = 1;
+    }
+
+    ngx_shmtx_unlock(&cache->shpool->mutex);
+
+    last = ngx_hex_dump(p->name + cache->path->name.len + 1 + cache->path->len,
+                        (u_char *) key, NGX_HTTP_CACHE_KEY_LEN);
+    *last = '\0';
+
+    ngx_create_hashed_filename(cache->path, p->name, p->name_len);
+
+    if (ngx_delete_file(p->name) == NGX_FILE_ERROR) {
+        err = ngx_errno;
+
+        if (err != NGX_ENOENT) {
+            ngx_log_error(NGX_LOG_CRIT, p->request->connection->log, err,
+                          ngx_delete_file_n " \"%s\" failed", p->name);
+        }
+
+    } else {
+        unlinked = 1;
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, p->request->connection->log, 0,
+                   "esi purge file \"%s\" marked:%ui unlinked:%ui",
+                   p->name, marked, unlinked);
+
+    return marked || unlinked;
+}
+
+
+/* ngx_http_file_cache_lookup(), which is static */
+
+static ngx_http_file_cache_node_t *
+ngx_http_esi_cache_lookup(ngx_http_file_cache_t *cache, const u_char *key)
+{
+    ngx_int_t                    rc;
+    ngx_rbtree_key_t             node_key;
+    ngx_rbtree_node_t           *node, *sentinel;
+    ngx_http_file_cache_node_t  *fcn;
+
+    ngx_memcpy((u_char *) &node_key, key, sizeof(ngx_rbtree_key_t));
+
+    node = cache->sh->rbtree.root;
+    sentinel = cache->sh->rbtree.sentinel;
+
+    while (node != sentinel) {
+
+        if (node_key < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (node_key > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        /* node_key == node->key */
+
+        fcn = (ngx_http_file_cache_node_t *) node;
+
+        rc = ngx_memcmp(&key[sizeof(ngx_rbtree_key_t)], fcn->key,
+                        NGX_HTTP_CACHE_KEY_LEN - sizeof(ngx_rbtree_key_t));
+
+        if (rc == 0) {
+            return fcn;
+        }
+
+        node = (rc < 0) ? node->left : node->right;
+    }
+
+    return NULL;
+}
+
+
+/* the answer goes out from a posted event, never from inside the caller */
+
+static void
+ngx_http_esi_purge_done(ngx_http_esi_purge_t *p, ngx_uint_t status,
+    const char *error)
+{
+    if (p->in_table) {
+        ngx_rbtree_delete(&ngx_http_esi_daemon.purges, &p->node);
+        p->in_table = 0;
+    }
+
+    if (p->timer.timer_set) {
+        ngx_del_timer(&p->timer);
+    }
+
+    p->status = status;
+
+    if (error) {
+        p->error.data = (u_char *) error;
+        p->error.len = ngx_strlen(error);
+    }
+
+    if (!p->finish.posted) {
+        ngx_post_event(&p->finish, &ngx_posted_events);
+    }
+}
+
+
+/*
+ * esid already forgot what it told us about; an answer we ignore would
+ * leave files on disk that its index no longer lists.  So a late esid is
+ * dropped, as for streams: when the connection ends esid doubts the zone,
+ * and the next purge of it reads the directory.
+ */
+
+static void
+ngx_http_esi_purge_timeout_handler(ngx_event_t *ev)
+{
+    ngx_http_esi_purge_t  *p;
+
+    p = ev->data;
+
+    ngx_log_error(NGX_LOG_ERR, ev->log, 0,
+                  "esi: esid did not answer purge %ui in time",
+                  p->node.key);
+
+    ngx_http_esi_drop(&ngx_http_esi_daemon, NGX_LOG_ERR,
+                      "esi: dropping the connection to esid");
+}
+
+
+static void
+ngx_http_esi_purge_finish_handler(ngx_event_t *ev)
+{
+    ngx_connection_t      *c;
+    ngx_http_request_t    *r;
+    ngx_http_esi_purge_t  *p;
+
+    p = ev->data;
+    r = p->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    ngx_http_finalize_request(r, ngx_http_esi_purge_respond(r, p));
+    ngx_http_run_posted_requests(c);
+}
+
+
+static ngx_int_t
+ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
+{
+    size_t            len;
+    u_char           *last;
+    uintptr_t         escape;
+    ngx_int_t         rc;
+    ngx_buf_t        *b;
+    ngx_str_t        *kind;
+    ngx_chain_t       out;
+    ngx_table_elt_t  *h;
+
+    static ngx_str_t  kinds[] = {
+        ngx_string("exact"),
+        ngx_string("wildcard"),
+        ngx_string("tag")
+    };
+
+    kind = &kinds[p->kind];
+
+    if (p->status == 0) {
+        p->status = p->count ? NGX_HTTP_OK : NGX_HTTP_NOT_FOUND;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "esi: %V purge of \"%V\": %ui file(s) removed%s%s%V",
+                  kind, &p->key, p->count,
+                  p->scanned ? ", zone directory read" : ", via variant index",
+                  p->error.len ? ", " : "", &p->error);
+
+    r->headers_out.status = p->status;
+
+    if (p->status != NGX_HTTP_SERVICE_UNAVAILABLE) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Cache-Purge-Result");
+
+        h->value.data = ngx_pnalloc(r->pool,
+                                    kind->len + sizeof("; count=") - 1
+                                    + NGX_INT_T_LEN);
+        if (h->value.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->value.len = ngx_sprintf(h->value.data, "%V; count=%ui",
+                                   kind, p->count)
+                       - h->value.data;
+    }
+
+    escape = 2 * ngx_escape_html(NULL, p->key.data, p->key.len)
+             + 2 * ngx_escape_html(NULL, p->error.data, p->error.len);
+
+    len = sizeof("<html><head><title>Purge unavailable</title></head>"
+                 "<body><h1>Purge unavailable</h1><p>Key: </p>"
+                 "<p>: 18446744073709551615 file(s) removed</p><p></p>"
+                 "</body></html>" CRLF)
+          + sizeof("wildcard") + p->key.len + p->error.len + escape;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    last = b->last;
+
+    switch (p->status) {
+
+    case NGX_HTTP_OK:
+        last = ngx_cpymem(last, "<html><head><title>Successful purge</title>"
+                          "</head><body><h1>Successful purge</h1>",
+                          sizeof("<html><head><title>Successful purge</title>"
+                                 "</head><body><h1>Successful purge</h1>")
+                          - 1);
+        break;
+
+    case NGX_HTTP_NOT_FOUND:
+        last = ngx_cpymem(last, "<html><head><title>Not cached</title>"
+                          "</head><body><h1>Not cached</h1>",
+                          sizeof("<html><head><title>Not cached</title>"
+                                 "</head><body><h1>Not cached</h1>") - 1);
+        break;
+
+    default:
+        last = ngx_cpymem(last, "<html><head><title>Purge unavailable</title>"
+                          "</head><body><h1>Purge unavailable</h1>",
+                          sizeof("<html><head><title>Purge unavailable"
+                                 "</title></head><body><h1>Purge unavailable"
+                                 "</h1>") - 1);
+        break;
+    }
+
+    last = ngx_sprintf(last, "<p>%s: ",
+                       p->kind == NGX_HTTP_ESI_PURGE_TAG ? "Tag"
+                       : p->kind == NGX_HTTP_ESI_PURGE_PREFIX ? "Prefix"
+                       : "Key");
+    last = (u_char *) ngx_escape_html(last, p->key.data, p->key.len);
+    last = ngx_sprintf(last, "</p><p>%V: %ui file(s) removed</p>",
+                       kind, p->count);
+
+    if (p->error.len) {
+        last = ngx_cpymem(last, "<p>", 3);
+        last = (u_char *) ngx_escape_html(last, p->error.data, p->error.len);
+        last = ngx_cpymem(last, "</p>", 4);
+    }
+
+    last = ngx_cpymem(last, "</body></html>" CRLF,
+                      sizeof("</body></html>" CRLF) - 1);
+
+    b->last = last;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    ngx_str_set(&r->headers_out.content_type, "text/html");
+    r->headers_out.content_type_len = sizeof("text/html") - 1;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    if (r->headers_out.content_length) {
+        r->headers_out.content_length->hash = 0;
+        r->headers_out.content_length = NULL;
+    }
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static void
+ngx_http_esi_purge_cleanup(void *data)
+{
+    ngx_http_esi_purge_t  *p = data;
+
+    if (p->in_table) {
+        ngx_rbtree_delete(&ngx_http_esi_daemon.purges, &p->node);
+        p->in_table = 0;
+    }
+
+    if (p->timer.timer_set) {
+        ngx_del_timer(&p->timer);
+    }
+
+    if (p->finish.posted) {
+        ngx_delete_posted_event(&p->finish);
+    }
+}
+
+
 static ngx_int_t
 ngx_http_esi_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
@@ -3157,6 +4508,15 @@ ngx_http_esi_create_main_conf(ngx_conf_t *cf)
 
     emcf->timeout = NGX_CONF_UNSET_MSEC;
     emcf->used = 0;
+    emcf->purge_index = NGX_CONF_UNSET_SIZE;
+    emcf->purge_timeout = NGX_CONF_UNSET_MSEC;
+
+    if (ngx_array_init(&emcf->purge_zones, cf->pool, 4,
+                       sizeof(ngx_shm_zone_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
 
     return emcf;
 }
@@ -3168,6 +4528,8 @@ ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_esi_main_conf_t *emcf = conf;
 
     ngx_conf_init_msec_value(emcf->timeout, 2000);
+    ngx_conf_init_size_value(emcf->purge_index, 8 * 1024 * 1024);
+    ngx_conf_init_msec_value(emcf->purge_timeout, 60000);
 
     if (emcf->daemon.data == NULL) {
         ngx_str_set(&emcf->daemon, "unix:/run/esid/esid.sock");
@@ -3205,6 +4567,11 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
      *
      *     elcf->types = { NULL };
      *     elcf->types_keys = NULL;
+     *     elcf->purge = NGX_HTTP_ESI_PURGE_OFF;
+     *     elcf->purge_method = { 0, NULL };
+     *     elcf->purge_from = NULL;
+     *     elcf->purge_zone = NULL;
+     *     elcf->purge_key = NULL;
      */
 
     elcf->enable = NGX_CONF_UNSET;
@@ -3223,7 +4590,11 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_esi_loc_conf_t *prev = parent;
     ngx_http_esi_loc_conf_t *conf = child;
 
-    ngx_http_esi_main_conf_t  *emcf;
+    ngx_http_upstream_conf_t          *ucf;
+    ngx_http_esi_main_conf_t          *emcf;
+    ngx_http_compile_complex_value_t   ccv;
+
+    static ngx_str_t  default_key = ngx_string("$uri$is_args$args");
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_value(conf->silent_errors, prev->silent_errors, 0);
@@ -3247,18 +4618,292 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         return NGX_CONF_ERROR;
     }
 
+    emcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_module);
+
     if (conf->enable) {
-        emcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_module);
         emcf->used = 1;
+    }
+
+    if (conf->purge_key == NULL) {
+        conf->purge_key = prev->purge_key;
+    }
+
+    if (conf->purge_key == NULL) {
+        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+        ccv.cf = cf;
+        ccv.value = &default_key;
+        ccv.complex_value = ngx_palloc(cf->pool,
+                                       sizeof(ngx_http_complex_value_t));
+        if (ccv.complex_value == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        conf->purge_key = ccv.complex_value;
+    }
+
+    if (conf->purge == NGX_HTTP_ESI_PURGE_METHOD) {
+
+        /*
+         * The zone is the location's proxy_cache zone.  The proxy module's
+         * loc conf is private, but it starts with its ngx_http_upstream_conf_t
+         * (public), whose cache_zone is the zone "proxy_cache NAME" set.  A
+         * dynamic module comes after the proxy module, so the proxy's loc
+         * conf is already merged here.
+         */
+
+        ucf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_proxy_module);
+
+        if (ucf == NULL || ucf->cache_zone == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"esi_cache_purge %V\" needs \"proxy_cache\" "
+                               "with a zone name in the same location, or "
+                               "use \"esi_cache_purge zone=NAME key=KEY\" "
+                               "in a location of its own",
+                               &conf->purge_method);
+            return NGX_CONF_ERROR;
+        }
+
+        conf->purge_zone = ucf->cache_zone;
+
+        if (ngx_http_esi_add_zone(cf, conf->purge_zone) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
     }
 
     return NGX_CONF_OK;
 }
 
 
+/*
+ * esi_cache_purge METHOD from all | ADDRESS|CIDR ...;
+ * esi_cache_purge zone=NAME key=KEY;
+ */
+
+static char *
+ngx_http_esi_cache_purge(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_esi_loc_conf_t *elcf = conf;
+
+    ngx_int_t                          rc;
+    ngx_str_t                         *value, name, key;
+    ngx_uint_t                         i;
+    ngx_cidr_t                        *cidr;
+    ngx_shm_zone_t                    *zone;
+    ngx_http_core_loc_conf_t          *clcf;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (elcf->purge != NGX_HTTP_ESI_PURGE_OFF) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strncmp(value[1].data, "zone=", 5) == 0
+        || ngx_strncmp(value[1].data, "key=", 4) == 0)
+    {
+        ngx_str_null(&name);
+        ngx_str_null(&key);
+
+        for (i = 1; i < cf->args->nelts; i++) {
+
+            if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
+                name.data = value[i].data + 5;
+                name.len = value[i].len - 5;
+                continue;
+            }
+
+            if (ngx_strncmp(value[i].data, "key=", 4) == 0) {
+                key.data = value[i].data + 4;
+                key.len = value[i].len - 4;
+                continue;
+            }
+
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\"", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        if (name.len == 0 || key.len == 0) {
+            return "needs \"zone=NAME\" and \"key=KEY\"";
+        }
+
+        /* the tag proxy_cache_path uses; its data is the cache at run time */
+
+        zone = ngx_shared_memory_add(cf, &name, 0, &ngx_http_proxy_module);
+        if (zone == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+        ccv.cf = cf;
+        ccv.value = &key;
+        ccv.complex_value = ngx_palloc(cf->pool,
+                                       sizeof(ngx_http_complex_value_t));
+        if (ccv.complex_value == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        elcf->purge = NGX_HTTP_ESI_PURGE_LOCATION;
+        elcf->purge_zone = zone;
+        elcf->purge_key = ccv.complex_value;
+
+        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+        clcf->handler = ngx_http_esi_purge_handler;
+
+        if (ngx_http_esi_add_zone(cf, zone) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        return NGX_CONF_OK;
+    }
+
+    if (cf->args->nelts < 4
+        || value[2].len != 4
+        || ngx_strncmp(value[2].data, "from", 4) != 0)
+    {
+        return "must be \"METHOD from all|ADDRESS ...\" or "
+               "\"zone=NAME key=KEY\"";
+    }
+
+    for (i = 0; i < value[1].len; i++) {
+        if ((value[1].data[i] < 'A' || value[1].data[i] > 'Z')
+            && value[1].data[i] != '_' && value[1].data[i] != '-')
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid method \"%V\"", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    elcf->purge = NGX_HTTP_ESI_PURGE_METHOD;
+    elcf->purge_method = value[1];
+
+    if (cf->args->nelts == 4 && value[3].len == 3
+        && ngx_strncmp(value[3].data, "all", 3) == 0)
+    {
+        return NGX_CONF_OK;
+    }
+
+    elcf->purge_from = ngx_array_create(cf->pool, cf->args->nelts - 3,
+                                        sizeof(ngx_cidr_t));
+    if (elcf->purge_from == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 3; i < cf->args->nelts; i++) {
+        cidr = ngx_array_push(elcf->purge_from);
+        if (cidr == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        rc = ngx_ptocidr(&value[i], cidr);
+
+        if (rc == NGX_ERROR) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid address \"%V\"", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        if (rc == NGX_DONE) {
+            ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                               "low address bits of %V are meaningless",
+                               &value[i]);
+        }
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_esi_purge_index(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_esi_main_conf_t *emcf = conf;
+
+    ngx_str_t  *value;
+
+    if (emcf->purge_index != NGX_CONF_UNSET_SIZE) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        emcf->purge_index = 0;
+        return NGX_CONF_OK;
+    }
+
+    emcf->purge_index = ngx_parse_size(&value[1]);
+
+    if (emcf->purge_index == (size_t) NGX_ERROR) {
+        return "invalid value";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* a zone esid indexes: announced on every connection, its files reported */
+
+static ngx_int_t
+ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone)
+{
+    ngx_uint_t                 i;
+    ngx_shm_zone_t           **z;
+    ngx_http_esi_main_conf_t  *emcf;
+
+    emcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_module);
+    emcf->used = 1;
+
+    z = emcf->purge_zones.elts;
+
+    for (i = 0; i < emcf->purge_zones.nelts; i++) {
+        if (z[i] == zone) {
+            return NGX_OK;
+        }
+    }
+
+    z = ngx_array_push(&emcf->purge_zones);
+    if (z == NULL) {
+        return NGX_ERROR;
+    }
+
+    *z = zone;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_esi_filter_init(ngx_conf_t *cf)
 {
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    /*
+     * the same-location purge: before the access phase, so that "satisfy
+     * any" cannot let a client outside "from" purge
+     */
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_esi_purge_access;
+
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_esi_header_filter;
 

@@ -66,6 +66,7 @@ WorkerSession::~WorkerSession() {
            [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
   stats_.activeStreams -= streams_.size();
   --stats_.activeConnections;
+  for (const std::string& zone : zones_) purger_.connectionEnded(zone);
 }
 
 bool WorkerSession::start() {
@@ -241,6 +242,7 @@ bool WorkerSession::handleZone(wire::Zone::Reader zone) {
   }
   purger_.announce(std::string_view(name.cStr(), name.size()),
                    std::string_view(path.cStr(), path.size()), zone.getIndexBytes());
+  zones_.emplace(name.cStr(), name.size());
   return true;
 }
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -71,6 +72,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
   bool stopped_ = false;
   std::unordered_map<uint32_t, StreamEntry> streams_;
   std::deque<kj::Array<capnp::word>> pending_;
+  // Zones this worker announced: their indexes are in doubt when it goes.
+  std::set<std::string, std::less<>> zones_;
 };
 
 }  // namespace esi

@@ -22,6 +22,8 @@ void Purger::announce(std::string_view name, std::string_view path, uint64_t ind
       spdlog::warn("zone {}: announced at {} and at {}; keeping the first",
                    name, it->second.path, path);
     }
+    spdlog::info("zone {}: announced again; its next purge reads the directory", name);
+    it->second.index->doubtAll();
     return;
   }
   Zone& zone = zones_[std::string(name)];
@@ -30,6 +32,13 @@ void Purger::announce(std::string_view name, std::string_view path, uint64_t ind
   zone.index = std::make_unique<ZoneIndex>(indexBytes);
   spdlog::info("zone {} at {}: building its variant index", name, path);
   startScan(std::string(name), zone);
+}
+
+void Purger::connectionEnded(std::string_view name) {
+  auto it = zones_.find(name);
+  if (it == zones_.end()) return;
+  spdlog::info("zone {}: a worker's connection ended; its next purge reads the directory", name);
+  it->second.index->doubtAll();
 }
 
 void Purger::stored(std::string_view name, StoredFile file) {

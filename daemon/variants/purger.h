@@ -46,7 +46,13 @@ class Purger {
 
   // A worker serves this zone.  The first announcement starts a scan that
   // builds its index, as NGINX's cache loader does after a restart.
+  // Announcing a known zone again puts its index in doubt: the worker may
+  // have stored files while it was not connected.
   void announce(std::string_view zone, std::string_view path, uint64_t indexBytes);
+
+  // A worker's connection that announced the zone ended: reports it wrote
+  // but esid never read are lost, so the index is in doubt.
+  void connectionEnded(std::string_view zone);
 
   // NGINX stored or served a file of the zone.
   void stored(std::string_view zone, StoredFile file);

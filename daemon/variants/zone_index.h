@@ -68,6 +68,10 @@ class ZoneIndex {
   // A purge just removed every file of these keys.
   void forget(const std::vector<Md5>& mains);
 
+  // Reports may have been lost (a worker's connection ended, or a worker
+  // announced the zone again): nothing is sure until the next full scan.
+  void doubtAll();
+
   // A full scan starts; reports until finishScan() are replayed on top of it.
   void beginScan();
   // The scan's findings.  complete: it read the whole directory.

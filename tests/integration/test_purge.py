@@ -1,0 +1,256 @@
+"""Cache purge: esi_cache_purge in the cached location (PURGE method) and in
+a location of its own; every Vary variant of a key, wildcard keys, tags
+(Surrogate-Key and xkey), 403 outside "from", 503 without esid, and the
+keys_zone left as a purge must leave it (no stale HIT, next request a MISS
+then a HIT).  esid finds the files; the worker marks and unlinks them."""
+
+import os
+import unittest
+
+from harness import EsiTestCase, poll
+
+VARY = [("Vary", "X-Variant")]
+
+# The harness's "location /" caches in zone "pages" under @@TMP@@/cache.
+SAME_LOCATION = """
+            proxy_cache_key $uri$is_args$args;
+            esi_cache_purge PURGE from 127.0.0.1 ::1;
+"""
+
+SEPARATE_LOCATION = """
+        location ~ ^/purge(/.*)$ {
+            allow 127.0.0.1;
+            deny all;
+            esi_cache_purge zone=pages key=$1$is_args$args;
+        }
+"""
+
+
+class PurgeTestCase(EsiTestCase):
+    LOCATION = SAME_LOCATION
+
+    def cache_files(self):
+        """Cache files on disk (32 hex digits), sorted."""
+        found = []
+        for root, _, names in os.walk(os.path.join(self.tmp, "cache")):
+            found += [os.path.join(root, n) for n in names
+                      if len(n) == 32 and all(c in "0123456789abcdef"
+                                              for c in n)]
+        return sorted(found)
+
+    def cache_status(self, path, variant=None):
+        headers = {"X-Variant": variant} if variant else {}
+        status, headers, _ = self.get(path, headers)
+        self.assertEqual(status, 200, "GET %s" % path)
+        return headers.get("X-Cache-Status")
+
+    def purge(self, path, headers=None, method="PURGE"):
+        r = self.fetch(path, headers, method=method)
+        self.assertTrue(r.complete, "%s %s: %r" % (method, path, r))
+        return r
+
+    def assertPurged(self, r, status, result):
+        self.assertEqual(r.status, status, r.body)
+        self.assertEqual(r.header("Cache-Purge-Result"), result, r.body)
+        self.assertEqual(r.header("Content-Type"), "text/html")
+
+    def store_two_variants(self, path="/v"):
+        self.origin.route(path, "variant body", headers=VARY)
+        self.assertEqual(self.cache_status(path, "a"), "MISS")
+        self.assertEqual(self.cache_status(path, "b"), "MISS")
+        self.assertEqual(self.cache_status(path, "a"), "HIT")
+        self.assertEqual(self.cache_status(path, "b"), "HIT")
+        self.assertEqual(len(self.cache_files()), 2)
+
+
+class SameLocationTest(PurgeTestCase):
+
+    def test_purge_removes_every_vary_variant(self):
+        self.store_two_variants()
+        r = self.purge("/v")
+        self.assertPurged(r, 200, "exact; count=2")
+        self.assertIn(b"Successful purge", r.body)
+        self.assertIn(b"/v", r.body)
+        self.assertEqual(self.cache_files(), [])
+
+    def test_next_requests_are_misses_for_every_variant(self):
+        self.store_two_variants()
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.assertEqual(self.cache_status("/v", "a"), "MISS")
+        self.assertEqual(self.cache_status("/v", "b"), "MISS")
+        self.assertEqual(self.origin.hits("/v"), 4)
+
+    def test_second_purge_finds_nothing(self):
+        self.store_two_variants()
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        r = self.purge("/v")
+        self.assertPurged(r, 404, "exact; count=0")
+        self.assertIn(b"Not cached", r.body)
+
+    def test_purge_of_a_key_never_cached_is_404(self):
+        self.assertPurged(self.purge("/never"), 404, "exact; count=0")
+
+    def test_purge_leaves_other_keys(self):
+        self.store_two_variants("/v")
+        self.origin.route("/other", "other")
+        self.assertEqual(self.cache_status("/other"), "MISS")
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.assertEqual(len(self.cache_files()), 1)
+        self.assertEqual(self.cache_status("/other"), "HIT")
+
+    def test_key_includes_the_query(self):
+        self.origin.route("/q", "q")
+        self.assertEqual(self.cache_status("/q?x=1"), "MISS")
+        self.assertEqual(self.cache_status("/q?x=2"), "MISS")
+        self.assertPurged(self.purge("/q?x=1"), 200, "exact; count=1")
+        self.assertEqual(self.cache_status("/q?x=2"), "HIT")
+        self.assertEqual(self.cache_status("/q?x=1"), "MISS")
+
+    def test_keys_zone_stays_consistent_miss_then_hit(self):
+        self.origin.route("/k", "k")
+        self.assertEqual(self.cache_status("/k"), "MISS")
+        self.assertEqual(self.cache_status("/k"), "HIT")
+        self.assertPurged(self.purge("/k"), 200, "exact; count=1")
+        self.assertEqual(self.cache_status("/k"), "MISS")
+        self.assertEqual(self.cache_status("/k"), "HIT")
+        self.assertPurged(self.purge("/k"), 200, "exact; count=1")
+        self.assertPurged(self.purge("/k"), 404, "exact; count=0")
+        self.assertEqual(self.origin.hits("/k"), 2)
+
+    def test_other_methods_still_reach_the_origin(self):
+        self.origin.route("/g", "g")
+        self.assertEqual(self.cache_status("/g"), "MISS")
+        self.assertEqual(self.cache_status("/g"), "HIT")
+        self.assertEqual(len(self.cache_files()), 1)
+
+
+class SeparateLocationTest(PurgeTestCase):
+    LOCATION = """
+            proxy_cache_key $uri$is_args$args;
+"""
+    LOCATIONS = SEPARATE_LOCATION
+
+    def test_purge_removes_every_vary_variant(self):
+        self.store_two_variants()
+        r = self.purge("/purge/v", method="GET")
+        self.assertPurged(r, 200, "exact; count=2")
+        self.assertEqual(self.cache_files(), [])
+        self.assertEqual(self.cache_status("/v", "a"), "MISS")
+        self.assertEqual(self.cache_status("/v", "b"), "MISS")
+
+    def test_second_purge_finds_nothing(self):
+        self.store_two_variants()
+        self.assertPurged(self.purge("/purge/v", method="GET"), 200,
+                          "exact; count=2")
+        self.assertPurged(self.purge("/purge/v", method="GET"), 404,
+                          "exact; count=0")
+
+    def test_wildcard_removes_keys_with_the_prefix_only(self):
+        for path in ("/shop/a", "/shop/b", "/blog/c"):
+            self.origin.route(path, path)
+            self.assertEqual(self.cache_status(path), "MISS")
+        r = self.purge("/purge/shop*", method="GET")
+        self.assertPurged(r, 200, "wildcard; count=2")
+        self.assertEqual(len(self.cache_files()), 1)
+        self.assertEqual(self.cache_status("/blog/c"), "HIT")
+        self.assertEqual(self.cache_status("/shop/a"), "MISS")
+        self.assertEqual(self.cache_status("/shop/b"), "MISS")
+
+
+class TagTest(PurgeTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.origin.route("/t/1", "1", headers=VARY + [
+            ("Surrogate-Key", "p1 p2")])
+        self.origin.route("/t/2", "2", headers=[("Surrogate-Key", "p1"),
+                                               ("xkey", "p3")])
+        self.origin.route("/t/3", "3", headers=[("xkey", "p3")])
+
+    def store(self):
+        self.assertEqual(self.cache_status("/t/1", "a"), "MISS")
+        self.assertEqual(self.cache_status("/t/1", "b"), "MISS")
+        self.assertEqual(self.cache_status("/t/2"), "MISS")
+        self.assertEqual(self.cache_status("/t/3"), "MISS")
+        self.assertEqual(len(self.cache_files()), 4)
+
+    def test_tag_purge_removes_every_object_with_the_tag(self):
+        self.store()
+        r = self.purge("/anything", {"Surrogate-Key": "p1"})
+        self.assertPurged(r, 200, "tag; count=3")
+        self.assertEqual(len(self.cache_files()), 1)
+        self.assertEqual(self.cache_status("/t/3"), "HIT")
+        self.assertEqual(self.cache_status("/t/1", "a"), "MISS")
+        self.assertEqual(self.cache_status("/t/1", "b"), "MISS")
+        self.assertEqual(self.cache_status("/t/2"), "MISS")
+
+    def test_xkey_is_a_tag_too(self):
+        self.store()
+        self.assertPurged(self.purge("/t/3", {"Surrogate-Key": "p3"}), 200,
+                          "tag; count=2")
+        self.assertEqual(len(self.cache_files()), 2)
+
+    def test_counts_of_several_tags_add_up(self):
+        self.store()
+        self.assertPurged(self.purge("/t/1", {"Surrogate-Key": "p2 p3"}),
+                          200, "tag; count=4")
+        self.assertEqual(self.cache_files(), [])
+
+    def test_unknown_tag_is_404(self):
+        self.store()
+        self.assertPurged(self.purge("/t/1", {"Surrogate-Key": "nope"}),
+                          404, "tag; count=0")
+        self.assertEqual(len(self.cache_files()), 4)
+
+
+class ForbiddenTest(PurgeTestCase):
+    LOCATION = """
+            proxy_cache_key $uri$is_args$args;
+            esi_cache_purge PURGE from 10.255.255.1;
+"""
+
+    def test_client_outside_from_gets_403_and_nothing_is_purged(self):
+        self.origin.route("/f", "f")
+        self.assertEqual(self.cache_status("/f"), "MISS")
+        r = self.purge("/f")
+        self.assertEqual(r.status, 403)
+        self.assertIsNone(r.header("Cache-Purge-Result"))
+        self.assertEqual(len(self.cache_files()), 1)
+        self.assertEqual(self.cache_status("/f"), "HIT")
+
+
+class EsidNotRunningTest(PurgeTestCase):
+    ESID = False
+
+    def test_purge_is_503_and_the_worker_serves_on(self):
+        self.origin.route("/n", "n")
+        self.assertEqual(self.cache_status("/n"), "MISS")
+        pids = self.worker_pids()
+        r = self.purge("/n")
+        self.assertEqual(r.status, 503)
+        self.assertIn(b"esid is not connected", r.body)
+        self.assertEqual(len(self.cache_files()), 1)
+        self.assertEqual(self.cache_status("/n"), "HIT")
+        self.assertEqual(self.worker_pids(), pids)
+
+
+class EsidRestartTest(PurgeTestCase):
+
+    def attached(self, count):
+        return poll(lambda: self.error_log().count(
+            "esi: attached to esid") >= count, bound=20.0)
+
+    def test_index_is_rebuilt_from_disk_after_a_restart(self):
+        self.store_two_variants()
+        self.assertTrue(self.attached(1))
+        self.esid.stop()
+        self.start_esid()
+        self.assertTrue(self.attached(2), "the worker did not attach again")
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.assertEqual(self.cache_files(), [])
+        self.assertEqual(self.cache_status("/v", "a"), "MISS")
+        self.assertEqual(self.cache_status("/v", "b"), "MISS")
+
+
+if __name__ == "__main__":
+    unittest.main()
