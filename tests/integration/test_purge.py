@@ -252,5 +252,41 @@ class EsidRestartTest(PurgeTestCase):
         self.assertEqual(self.cache_status("/v", "b"), "MISS")
 
 
+class IndexOffTest(PurgeTestCase):
+    HTTP = "esi_purge_index off;"
+
+    def test_every_purge_reads_the_directory_and_finds_every_variant(self):
+        self.store_two_variants()
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.assertEqual(self.cache_files(), [])
+        self.assertIn('exact purge of "/v": 2 file(s) removed, '
+                      'zone directory read', self.error_log())
+
+
+class IndexTest(PurgeTestCase):
+
+    def test_purge_after_the_first_scan_uses_the_index(self):
+        self.store_two_variants()
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.assertIn('exact purge of "/v": 2 file(s) removed, '
+                      'via variant index', self.error_log())
+
+
+class TwoWorkersTest(PurgeTestCase):
+    WORKERS = 2
+
+    def test_variants_stored_by_any_worker_are_all_purged(self):
+        self.start()
+        self.assertTrue(poll(lambda: self.error_log().count(
+            "esi: attached to esid") >= 2, bound=20.0))
+        self.store_two_variants()
+        self.origin.route("/w", "w", headers=VARY)
+        for variant in ("a", "b", "c", "d"):
+            self.assertEqual(self.cache_status("/w", variant), "MISS")
+        self.assertPurged(self.purge("/w"), 200, "exact; count=4")
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.assertEqual(self.cache_files(), [])
+
+
 if __name__ == "__main__":
     unittest.main()
