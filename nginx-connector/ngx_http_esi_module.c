@@ -287,6 +287,8 @@ static void ngx_http_esi_flush(ngx_http_esi_daemon_t *d);
 static ngx_int_t ngx_http_esi_announce(ngx_http_esi_daemon_t *d);
 static ngx_int_t ngx_http_esi_post(ngx_http_esi_daemon_t *d, void *buf,
     size_t len);
+static ngx_int_t ngx_http_esi_enqueue(ngx_http_esi_daemon_t *d, void *buf,
+    size_t len, ngx_queue_t *before);
 static ngx_int_t ngx_http_esi_flush_posted(ngx_http_esi_daemon_t *d);
 static void ngx_http_esi_free_posted(ngx_http_esi_daemon_t *d);
 static ngx_int_t ngx_http_esi_send(ngx_http_esi_daemon_t *d,
@@ -1213,6 +1215,12 @@ ngx_http_esi_notify_handler(ngx_event_t *rev)
             return;
         }
 
+        if (d->state != NGX_HTTP_ESI_READY) {
+
+            /* an answer led to dropping the connection: the ring is gone */
+            return;
+        }
+
         if (esi_ring_release(&d->rx)) {
             d->kick = 1;
         }
@@ -1699,7 +1707,7 @@ ngx_http_esi_announce(ngx_http_esi_daemon_t *d)
     u_char                  *buf;
     ngx_str_t               *name, *path;
     ngx_uint_t               i;
-    ngx_queue_t             *q, *first;
+    ngx_queue_t             *first;
     ngx_shm_zone_t         **zone;
     esi_wire_out_t           req, z;
     esi_wire_builder_t       b;
@@ -1745,23 +1753,13 @@ ngx_http_esi_announce(ngx_http_esi_daemon_t *d)
             return NGX_ERROR;
         }
 
-        if (ngx_http_esi_post(d, buf, need) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
         /*
-         * what was queued while connecting (reports, purges) must come
-         * after the announcements: move this one from the tail to just
-         * before the first of those
+         * ahead of what was queued while connecting (reports, purges):
+         * attach() flushes the queue next
          */
 
-        if (first != ngx_queue_sentinel(&d->posted)) {
-            q = ngx_queue_last(&d->posted);
-
-            if (q != first) {
-                ngx_queue_remove(q);
-                ngx_queue_insert_tail(first, q);
-            }
+        if (ngx_http_esi_enqueue(d, buf, need, first) != NGX_OK) {
+            return NGX_ERROR;
         }
     }
 
@@ -1779,8 +1777,7 @@ ngx_http_esi_announce(ngx_http_esi_daemon_t *d)
 static ngx_int_t
 ngx_http_esi_post(ngx_http_esi_daemon_t *d, void *buf, size_t len)
 {
-    void                *p;
-    ngx_http_esi_msg_t  *m;
+    void  *p;
 
     if (d->state == NGX_HTTP_ESI_IDLE) {
         return NGX_DECLINED;
@@ -1811,6 +1808,28 @@ ngx_http_esi_post(ngx_http_esi_daemon_t *d, void *buf, size_t len)
         return NGX_DECLINED;
     }
 
+    if (ngx_http_esi_enqueue(d, buf, len, ngx_queue_sentinel(&d->posted))
+        != NGX_OK)
+    {
+        ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: out of memory");
+        return NGX_DECLINED;
+    }
+
+    /* asks esid to wake us when it frees room */
+    ngx_http_esi_flush(d);
+
+    return NGX_OK;
+}
+
+
+/* queues a copy of the message before "before" (the sentinel: at the end) */
+
+static ngx_int_t
+ngx_http_esi_enqueue(ngx_http_esi_daemon_t *d, void *buf, size_t len,
+    ngx_queue_t *before)
+{
+    ngx_http_esi_msg_t  *m;
+
     /*
      * Freed one by one as the ring takes them, in any order of size, so
      * they cannot live in a pool.
@@ -1818,14 +1837,13 @@ ngx_http_esi_post(ngx_http_esi_daemon_t *d, void *buf, size_t len)
 
     m = ngx_alloc(offsetof(ngx_http_esi_msg_t, data) + len, d->log);
     if (m == NULL) {
-        ngx_http_esi_drop(d, NGX_LOG_ERR, "esi: out of memory");
-        return NGX_DECLINED;
+        return NGX_ERROR;
     }
 
     m->len = len;
     ngx_memcpy(m->data, buf, len);
 
-    ngx_queue_insert_tail(&d->posted, &m->link);
+    ngx_queue_insert_tail(before, &m->link);
     d->posted_size += len;
 
     return NGX_OK;

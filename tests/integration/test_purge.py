@@ -288,5 +288,41 @@ class TwoWorkersTest(PurgeTestCase):
         self.assertEqual(self.cache_files(), [])
 
 
+class RingFullTest(PurgeTestCase):
+    """Reports that find the ring full wait in order, ahead of the purge."""
+    ESID_ARGS = ("--log-level", "debug", "--ring-size", str(256 * 1024))
+    LOCATIONS = """
+        location /nc/ {
+            proxy_pass http://127.0.0.1:@@ORIGIN@@;
+            proxy_cache pages;
+            proxy_cache_valid 200 10m;
+            proxy_cache_key $uri$is_args$args;
+            add_header X-Cache-Status $upstream_cache_status;
+            esi_cache_purge PURGE from 127.0.0.1;
+        }
+"""
+    COUNT = 400  # reports of about 1 KB each: more than the ring holds
+
+    def test_every_report_reaches_esid_after_it_stalls(self):
+        import signal
+        self.origin.prefix("/nc/", "nc")
+        self.start()
+        self.assertTrue(poll(lambda: "files indexed" in self.esid.stderr(),
+                             bound=20.0))
+        pad = "x" * 1000
+        self.esid.signal(signal.SIGSTOP)
+        try:
+            for i in range(self.COUNT):
+                self.assertEqual(self.cache_status(
+                    "/nc/%d?pad=%s" % (i, pad)), "MISS")
+        finally:
+            self.esid.signal(signal.SIGCONT)
+        self.assertEqual(len(self.cache_files()), self.COUNT)
+        self.assertPurged(self.purge("/nc/*"), 200,
+                          "wildcard; count=%d" % self.COUNT)
+        self.assertEqual(self.cache_files(), [])
+        self.assertIn("via variant index", self.error_log())
+
+
 if __name__ == "__main__":
     unittest.main()
