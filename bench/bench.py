@@ -37,7 +37,6 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 NGINX = os.environ.get("ESI_NGINX", "/usr/sbin/nginx")
 VARNISHD = os.environ.get("ESI_VARNISHD", "/usr/sbin/varnishd")
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
@@ -449,11 +448,10 @@ def fill(template, values, strict=True):
 class Target:
     """One server under test: its processes, port and URL scheme."""
 
-    def __init__(self, name, port, procs, page_prefix):
+    def __init__(self, name, port, procs):
         self.name = name
         self.port = port
         self.procs = procs
-        self.page_prefix = page_prefix
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
@@ -580,7 +578,7 @@ class Bench:
         http = target_http("esi", "/esi/", "            esi on;",
                            "    esi_daemon unix:%s;" % sock, "$esi_status")
         proc, port = self.nginx("esi", http, "load_module %s;" % module)
-        self.targets["esi"] = Target("esi", port, [proc, esid], "/esi/")
+        self.targets["esi"] = Target("esi", port, [proc, esid])
         log("esi      on 127.0.0.1:%d (nginx + module + esid)" % port)
 
         # NGINX with ESI off (module loaded, `esi off`): the same bytes,
@@ -588,13 +586,13 @@ class Bench:
         http = target_http("noesi", "/flat/", "            esi off;",
                            "    esi_daemon unix:%s;" % sock, "$esi_status")
         proc, port = self.nginx("noesi", http, "load_module %s;" % module)
-        self.targets["noesi"] = Target("noesi", port, [proc], "/flat/")
+        self.targets["noesi"] = Target("noesi", port, [proc])
         log("noesi    on 127.0.0.1:%d (nginx, esi off)" % port)
 
         # NGINX SSI.
         http = target_http("ssi", "/ssi/", "            ssi on;", "", "-")
         proc, port = self.nginx("ssi", http)
-        self.targets["ssi"] = Target("ssi", port, [proc], "/ssi/")
+        self.targets["ssi"] = Target("ssi", port, [proc])
         log("ssi      on 127.0.0.1:%d (nginx SSI)" % port)
 
         # Varnish.
@@ -616,7 +614,7 @@ class Bench:
             if attempt == 2:
                 raise RuntimeError("varnishd did not start:\n" +
                                    proc.stderr())
-        self.targets["varnish"] = Target("varnish", port, [proc], "/esi/")
+        self.targets["varnish"] = Target("varnish", port, [proc])
         log("varnish  on 127.0.0.1:%d (%s)" % (port, self.varnish_version()))
 
     def varnish_version(self):
