@@ -219,7 +219,7 @@ esi_wire_get_list(const esi_wire_struct_t *s, unsigned ptr,
     esi_wire_list_t *out)
 {
     int       rc;
-    size_t    target, words;
+    size_t    target, words, cost;
     uint64_t  w, tag;
 
     out->msg = s->msg;
@@ -253,8 +253,12 @@ esi_wire_get_list(const esi_wire_struct_t *s, unsigned ptr,
     out->data_words = (uint16_t) (tag >> 32);
     out->ptr_count = (uint16_t) (tag >> 48);
 
+    /* elements of no size still cost a word each, as capnp charges them */
+
+    cost = words > out->count ? words : out->count;
+
     if ((uint64_t) out->count * (out->data_words + out->ptr_count) > words
-        || esi_wire_spend(s->msg, out->count ? words : 1) != 0)
+        || esi_wire_spend(s->msg, cost) != 0)
     {
         return -1;
     }

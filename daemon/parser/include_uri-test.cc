@@ -68,7 +68,6 @@ TEST(IncludeUri, AbsolutePathIsKept) {
   expectAllowed({
       {"/x", "/x", ""},
       {"/", "/", ""},
-      {"/a//b", "/a//b", ""},
   });
 }
 
@@ -137,6 +136,17 @@ TEST(IncludeUri, BackslashesThatBrowsersReadAsSlashesAreRefused) {
       {"http://evil\\@example.com/"},
       {"//example.com\\@evil/"},
       {"http:/\\evil/"},
+      {"/%5Cevil.example/x"},
+      {"/%2e%2e%5cetc/passwd"},
+      {"/a\\b"},
+  });
+}
+
+TEST(IncludeUri, RunsOfSlashesAreMerged) {
+  expectAllowed({
+      {"/%2Fevil.example/x", "/evil.example/x", ""},
+      {"//example.com//evil.example/x", "/evil.example/x", ""},
+      {"/a//b///c", "/a/b/c", ""},
   });
 }
 

@@ -1,5 +1,6 @@
 #include "parser/include_uri.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace esi {
@@ -92,15 +93,19 @@ bool removeDotSegments(std::string& path) {
   return true;
 }
 
+// Runs of '/' become one, as NGINX's merge_slashes does for client URIs:
+// "//evil.example/x" must not reach an upstream as a path.
+void mergeSlashes(std::string& path) {
+  path.erase(std::unique(path.begin(), path.end(),
+                         [](char a, char b) { return a == '/' && b == '/'; }),
+             path.end());
+}
+
 }  // namespace
 
 IncludeUri resolveInclude(std::string_view src, std::string_view pageUri,
                           std::string_view pageAuthority) {
   if (src.empty()) return refuse("empty src");
-  // Browsers and curl read '\' as '/', so "/\evil" names a host.
-  if (src.starts_with("\\") || src.starts_with("/\\")) {
-    return refuse("src starts with a backslash");
-  }
 
   src = src.substr(0, src.find('#'));
   if (src.empty()) return refuse("src is only a fragment");
@@ -151,8 +156,11 @@ IncludeUri resolveInclude(std::string_view src, std::string_view pageUri,
   }
   appendPercentDecoded(uri.path, ref);
 
+  // Browsers, curl and many upstreams read '\' as '/': "/\evil" names a
+  // host to them and "..\" climbs, whether written or percent-encoded.
   for (const char c : uri.path) {
     if (isControl(c)) return refuse("control character in path");
+    if (c == '\\') return refuse("backslash in path");
   }
   for (const char c : args) {
     if (isControl(c) || c == ' ') {
@@ -160,6 +168,7 @@ IncludeUri resolveInclude(std::string_view src, std::string_view pageUri,
     }
   }
   if (!removeDotSegments(uri.path)) return refuse("path climbs above the root");
+  mergeSlashes(uri.path);
 
   uri.args = args;
   uri.ok = true;

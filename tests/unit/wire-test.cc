@@ -245,6 +245,24 @@ TEST(Wire, TextWithoutTerminatorIsRefused) {
   EXPECT_EQ(esi_wire_get_text(&root, ESI_WIRE_INCLUDE_PATH_PTR, &text, &len), -1);
 }
 
+TEST(Wire, ListOfAMillionEmptyElementsIsRefused) {
+  // Found by fuzz_wire_reader: a 64-byte Response whose instruction list
+  // claims 2^30-1 elements of no size.  Each must still cost a word.
+  alignas(8) const uint8_t bytes[64] = {
+      0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x01, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x01, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0xfc, 0xff, 0xff, 0xff,
+      0x00, 0x00, 0x00, 0x00};
+  esi_wire_msg_t msg;
+  esi_wire_struct_t root, splice;
+  esi_wire_list_t list;
+  ASSERT_EQ(esi_wire_open(&msg, bytes, sizeof(bytes), &root), 0);
+  ASSERT_EQ(esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_SPLICE_PTR, &splice), 0);
+  EXPECT_EQ(esi_wire_get_list(&splice, ESI_WIRE_SPLICE_INSTRUCTIONS_PTR, &list), -1);
+}
+
 TEST(Wire, RepeatedPointersToTheSameBytesExhaustTheBudget) {
   // Reading the same large text again and again, as a message whose
   // pointers all lead to it would make a reader do, must stop once the
