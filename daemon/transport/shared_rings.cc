@@ -69,6 +69,11 @@ void SharedRings::wakeWorker() {
   [[maybe_unused]] ssize_t n = write(workerEvent_.get(), &one, sizeof(one));
 }
 
+void SharedRings::wakeDaemon() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(daemonEvent_.get(), &one, sizeof(one));
+}
+
 void SharedRings::clearWakeups() {
   uint64_t count;
   [[maybe_unused]] ssize_t n = read(daemonEvent_.get(), &count, sizeof(count));

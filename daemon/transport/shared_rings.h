@@ -29,6 +29,8 @@ class SharedRings {
   esi_ring_t& responses() { return responses_; }  // we produce
 
   void wakeWorker();
+  // Makes our own eventfd readable: serve again on the loop's next turn.
+  void wakeDaemon();
   // Resets our eventfd after a wake-up.
   void clearWakeups();
 

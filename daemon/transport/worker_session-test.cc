@@ -366,6 +366,15 @@ TEST_F(WorkerSessionTest, PurgeFindsEveryVariantByScanThenByIndex) {
   std::system(("rm -rf " + root).c_str());
 }
 
+TEST_F(WorkerSessionTest, BusyRingYieldsTheLoopAfterATurn) {
+  for (uint32_t id = 1; id <= 100; ++id) worker_->open(id, "/", "h");
+  uv_run(&loop_, UV_RUN_NOWAIT);
+  EXPECT_EQ(stats_.streams, 64u);  // one turn, then the loop goes round
+  uv_run(&loop_, UV_RUN_NOWAIT);
+  EXPECT_EQ(stats_.streams, 100u);
+  EXPECT_FALSE(fatal_);
+}
+
 TEST_F(WorkerSessionTest, ZoneWithARelativeOrClimbingPathEndsTheSession) {
   worker_->zone("pages", "/var/cache/../../etc");
   serve();

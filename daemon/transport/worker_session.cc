@@ -16,6 +16,8 @@ namespace {
 // Answers queued beyond this stop esid from reading more requests until the
 // worker drains its ring: back-pressure instead of unbounded memory.
 constexpr size_t kMaxPendingAnswers = 256;
+// Request records one session handles before other sessions get a turn.
+constexpr size_t kRecordsPerTurn = 64;
 // A splice grows until about this size, then continues in the next message.
 constexpr size_t kSpliceBudgetBytes = 32 * 1024;
 constexpr size_t kMaxStreamsPerWorker = 65536;
@@ -118,9 +120,16 @@ void WorkerSession::onPoll(uv_poll_t* handle, int status, int) {
 }
 
 void WorkerSession::serve() {
+  // One worker's busy ring must not keep the loop from the others: after a
+  // turn's worth of records, wake ourselves and let the loop go round.
+  size_t turn = kRecordsPerTurn;
   while (!stopped_) {
     flushPending();
-    if (!drainRequests()) return;
+    if (!drainRequests(turn)) return;
+    if (turn == 0) {
+      rings_.wakeDaemon();
+      return;
+    }
     if (!pending_.empty()) {
       // Wait for the worker to free space for the oldest answer.
       const uint32_t need = static_cast<uint32_t>(pending_.front().size() * sizeof(capnp::word));
@@ -131,8 +140,8 @@ void WorkerSession::serve() {
   }
 }
 
-bool WorkerSession::drainRequests() {
-  while (!stopped_ && pending_.size() < kMaxPendingAnswers) {
+bool WorkerSession::drainRequests(size_t& turn) {
+  while (!stopped_ && turn > 0 && pending_.size() < kMaxPendingAnswers) {
     const uint8_t* payload;
     uint32_t length;
     switch (esi_ring_peek(&rings_.requests(), &payload, &length)) {
@@ -146,6 +155,7 @@ bool WorkerSession::drainRequests() {
     }
     if (!handleRequest(payload, length)) return false;
     if (esi_ring_release(&rings_.requests())) rings_.wakeWorker();
+    --turn;
   }
   return !stopped_;
 }

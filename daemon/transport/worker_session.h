@@ -52,7 +52,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
 
   static void onPoll(uv_poll_t* handle, int status, int events);
   void serve();
-  bool drainRequests();
+  bool drainRequests(size_t& turn);
   bool handleRequest(const uint8_t* payload, uint32_t length);
   bool handleZone(wire::Zone::Reader zone);
   bool handleStored(wire::Stored::Reader stored);
