@@ -8,19 +8,29 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "control/control.h"
 #include "engine/stats.h"
+#include "esid/logging.h"
+#include "esid/settings.h"
 #include "transport/server.h"
 #include "variants/purger.h"
 
 namespace {
 
+// What SIGHUP needs: where the settings came from and what to apply them to.
+struct Reload {
+  std::string configPath;  // empty: no --config, nothing to re-read
+  esi::SettingsLayer commandLine;
+  esi::Settings current;
+  esi::Server* server;
+};
+
 struct Signals {
   uv_signal_t term;
   uv_signal_t interrupt;
+  uv_signal_t hangup;
   esi::Purger* purger;
 };
 
@@ -32,36 +42,109 @@ void onStop(uv_signal_t* handle, int signum) {
   signals->purger->close();
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->term), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->interrupt), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&signals->hangup), nullptr);
+}
+
+// Logs the values of the file that the command line overrides.
+void logOverrides(const esi::SettingsLayer& file, const esi::SettingsLayer& commandLine) {
+  if (file.socketPath && commandLine.socketPath) {
+    spdlog::info("--socket overrides socket in the config file");
+  }
+  if (file.ringSize && commandLine.ringSize) {
+    spdlog::info("--ring-size overrides ring_size in the config file");
+  }
+  if (file.logLevel && commandLine.logLevel) {
+    spdlog::info("--log-level overrides log_level in the config file");
+  }
+}
+
+// SIGHUP: re-reads the config file and applies what changed.  Running streams
+// and connections are left alone; a bad file changes nothing.
+void onHangup(uv_signal_t* handle, int) {
+  auto* reload = static_cast<Reload*>(handle->data);
+  if (reload->configPath.empty()) {
+    spdlog::info("SIGHUP: esid was started without --config; nothing to reload");
+    return;
+  }
+  esi::SettingsLayer file;
+  try {
+    file = esi::readSettingsFile(reload->configPath);
+  } catch (const std::exception& e) {
+    spdlog::error("SIGHUP: {}; keeping the current settings", e.what());
+    return;
+  }
+  esi::Settings next = esi::Settings::resolve(file, reload->commandLine);
+  if (next.socketPath != reload->current.socketPath) {
+    spdlog::warn("SIGHUP: the socket changes only when esid restarts; still on {}",
+                 reload->server->describe());
+    next.socketPath = reload->current.socketPath;
+  }
+  const auto changes = esi::describeChanges(reload->current, next);
+  if (changes.empty()) {
+    spdlog::info("SIGHUP: {} re-read, nothing changed", reload->configPath);
+    return;
+  }
+  // Say what changed at the more verbose of the two levels, so that the
+  // change is logged whichever way the level goes.
+  spdlog::set_level(std::min(reload->current.logLevel, next.logLevel));
+  spdlog::info("SIGHUP: {} re-read", reload->configPath);
+  logOverrides(file, reload->commandLine);
+  for (const auto& change : changes) spdlog::info("SIGHUP: {}", change);
+  if (next.ringSize != reload->current.ringSize) {
+    spdlog::info("SIGHUP: the new ring size applies to workers that connect from now on");
+  }
+  spdlog::set_level(next.logLevel);
+  reload->server->setRingSize(next.ringSize);
+  reload->current = next;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
-  esi::ServerOptions options;
-  options.socketPath = "/run/esid/esid.sock";
-  std::string level = "info";
-  app.add_option("--socket", options.socketPath,
-                 "Unix socket to listen on (unused under systemd socket activation)")
-      ->capture_default_str();
-  app.add_option("--ring-size", options.ringSize,
-                 "Bytes of each shared-memory ring per NGINX worker (a power of two)")
-      ->capture_default_str()
-      ->check(CLI::Range(256u << 10, 64u << 20));
-  app.add_option("--log-level", level, "trace, debug, info, warn, error or off")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  std::string configPath, socketPath, ringSize, level;
+  bool checkOnly = false;
+  app.add_option("--config", configPath,
+                 "Settings file (key = value), re-read on SIGHUP; flags override it")
+      ->check(CLI::ExistingFile);
+  auto* socketOption = app.add_option(
+      "--socket", socketPath,
+      "Unix socket to listen on (unused under systemd socket activation) "
+      "[default: /run/esid/esid.sock]");
+  auto* ringOption = app.add_option(
+      "--ring-size", ringSize,
+      "Bytes of each shared-memory ring per NGINX worker: a power of two from "
+      "256K to 64M [default: 1M]");
+  auto* levelOption = app.add_option(
+      "--log-level", level, "trace, debug, info, warn, error, critical or off [default: info]");
+  app.add_flag("--check-config", checkOnly, "Check the settings, print them and exit");
   app.set_version_flag("--version", "esid " ESI_VERSION);
   CLI11_PARSE(app, argc, argv);
-  if ((options.ringSize & (options.ringSize - 1)) != 0) {
-    std::fprintf(stderr, "esid: --ring-size must be a power of two\n");
+
+  esi::SettingsLayer commandLine, file;
+  try {
+    if (socketOption->count() > 0) commandLine.socketPath = socketPath;
+    if (ringOption->count() > 0) commandLine.ringSize = esi::parseRingSize(ringSize);
+    if (levelOption->count() > 0) commandLine.logLevel = esi::parseLogLevel(level);
+    if (!configPath.empty()) file = esi::readSettingsFile(configPath);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "esid: %s\n", e.what());
     return 2;
   }
+  const esi::Settings settings = esi::Settings::resolve(file, commandLine);
+  if (checkOnly) {
+    std::printf("socket = %s\nring_size = %u\nlog_level = %s\n", settings.socketPath.c_str(),
+                settings.ringSize, esi::logLevelName(settings.logLevel).c_str());
+    return 0;
+  }
 
-  spdlog::set_default_logger(spdlog::stderr_color_st("esid"));
-  spdlog::set_level(spdlog::level::from_str(level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %l %v");
+  esi::setUpLogging(settings.logLevel);
+  logOverrides(file, commandLine);
   signal(SIGPIPE, SIG_IGN);
+
+  esi::ServerOptions options;
+  options.socketPath = settings.socketPath;
+  options.ringSize = settings.ringSize;
 
   uv_loop_t* loop = uv_default_loop();
   esi::Stats stats;
@@ -78,17 +161,22 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  Reload reload{configPath, commandLine, settings, &server};
   Signals signals;
   signals.purger = &purger;
   loop->data = &signals;
-  for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
+  for (uv_signal_t* handle : {&signals.term, &signals.interrupt, &signals.hangup}) {
     uv_signal_init(loop, handle);
     handle->data = &server;
   }
+  signals.hangup.data = &reload;
   uv_signal_start(&signals.term, onStop, SIGTERM);
   uv_signal_start(&signals.interrupt, onStop, SIGINT);
+  uv_signal_start(&signals.hangup, onHangup, SIGHUP);
 
-  spdlog::info("esid {} listening on {}", ESI_VERSION, server.describe());
+  spdlog::info("esid {} listening on {} (ring size {}, log level {}{}{})", ESI_VERSION,
+               server.describe(), settings.ringSize, esi::logLevelName(settings.logLevel),
+               configPath.empty() ? "" : ", settings from ", configPath);
   uv_run(loop, UV_RUN_DEFAULT);
   uv_loop_close(loop);
   spdlog::info("esid stopped");

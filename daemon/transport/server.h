@@ -53,13 +53,17 @@ class Server {
 
   const std::string& describe() const { return where_; }
 
+  // The ring size for workers that connect from now on; connected ones keep
+  // theirs.
+  void setRingSize(uint32_t bytes) { options_.ringSize = bytes; }
+
  private:
   class Client;
   static void onConnection(uv_stream_t* listener, int status);
   void remove(Client* client);
 
   uv_loop_t* loop_;
-  const ServerOptions options_;
+  ServerOptions options_;
   Stats& stats_;
   Purger& purger_;
   ControlHandler control_;

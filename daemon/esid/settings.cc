@@ -1,0 +1,146 @@
+#include "esid/settings.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace esi {
+
+namespace {
+
+constexpr std::string_view kBlank = " \t\r";
+
+std::string_view trim(std::string_view s) {
+  const size_t first = s.find_first_not_of(kBlank);
+  if (first == std::string_view::npos) return {};
+  const size_t last = s.find_last_not_of(kBlank);
+  return s.substr(first, last - first + 1);
+}
+
+}  // namespace
+
+std::string logLevelName(spdlog::level::level_enum level) {
+  // spdlog calls it "warning"; esid's flag and file say "warn".
+  if (level == spdlog::level::warn) return "warn";
+  const auto name = spdlog::level::to_string_view(level);
+  return std::string(name.data(), name.size());
+}
+
+Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& commandLine) {
+  Settings s;
+  for (const SettingsLayer* layer : {&file, &commandLine}) {
+    if (layer->socketPath) s.socketPath = *layer->socketPath;
+    if (layer->ringSize) s.ringSize = *layer->ringSize;
+    if (layer->logLevel) s.logLevel = *layer->logLevel;
+  }
+  return s;
+}
+
+uint32_t parseRingSize(std::string_view text) {
+  text = trim(text);
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data()) {
+    throw std::invalid_argument("ring size \"" + std::string(text) + "\" is not a number");
+  }
+  const std::string_view suffix(end, text.data() + text.size() - end);
+  if (suffix == "K" || suffix == "k") {
+    value <<= 10;
+  } else if (suffix == "M" || suffix == "m") {
+    value <<= 20;
+  } else if (!suffix.empty()) {
+    throw std::invalid_argument("ring size \"" + std::string(text) +
+                                "\": the only suffixes are K and M");
+  }
+  if (value < kMinRingSize || value > kMaxRingSize) {
+    throw std::invalid_argument("ring size " + std::to_string(value) +
+                                " is outside [256K, 64M]");
+  }
+  if ((value & (value - 1)) != 0) {
+    throw std::invalid_argument("ring size " + std::to_string(value) +
+                                " is not a power of two");
+  }
+  return static_cast<uint32_t>(value);
+}
+
+spdlog::level::level_enum parseLogLevel(std::string_view text) {
+  text = trim(text);
+  for (int i = spdlog::level::trace; i < spdlog::level::n_levels; ++i) {
+    const auto level = static_cast<spdlog::level::level_enum>(i);
+    if (text == logLevelName(level)) return level;
+  }
+  throw std::invalid_argument("log level \"" + std::string(text) +
+                              "\" is not one of trace, debug, info, warn, error, "
+                              "critical, off");
+}
+
+SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
+  SettingsLayer layer;
+  size_t lineNumber = 0;
+  while (!text.empty()) {
+    ++lineNumber;
+    const size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+
+    if (const size_t hash = line.find('#'); hash != std::string_view::npos) {
+      line = line.substr(0, hash);
+    }
+    line = trim(line);
+    if (line.empty()) continue;
+
+    const auto where = [&] { return std::string(name) + ":" + std::to_string(lineNumber) + ": "; };
+    const size_t equals = line.find('=');
+    if (equals == std::string_view::npos) {
+      throw std::invalid_argument(where() + "expected \"key = value\"");
+    }
+    const std::string_view key = trim(line.substr(0, equals));
+    const std::string_view value = trim(line.substr(equals + 1));
+    if (value.empty()) throw std::invalid_argument(where() + "\"" + std::string(key) + "\" has no value");
+    try {
+      if (key == "socket") {
+        layer.socketPath = std::string(value);
+      } else if (key == "ring_size") {
+        layer.ringSize = parseRingSize(value);
+      } else if (key == "log_level") {
+        layer.logLevel = parseLogLevel(value);
+      } else {
+        throw std::invalid_argument("unknown key \"" + std::string(key) +
+                                    "\" (known: socket, ring_size, log_level)");
+      }
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where() + e.what());
+    }
+  }
+  return layer;
+}
+
+SettingsLayer readSettingsFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  return parseSettingsFile(text.str(), path);
+}
+
+std::vector<std::string> describeChanges(const Settings& before, const Settings& after) {
+  std::vector<std::string> changes;
+  if (before.socketPath != after.socketPath) {
+    changes.push_back("socket: " + before.socketPath + " -> " + after.socketPath);
+  }
+  if (before.ringSize != after.ringSize) {
+    changes.push_back("ring_size: " + std::to_string(before.ringSize) + " -> " +
+                      std::to_string(after.ringSize));
+  }
+  if (before.logLevel != after.logLevel) {
+    changes.push_back("log_level: " + logLevelName(before.logLevel) + " -> " +
+                      logLevelName(after.logLevel));
+  }
+  return changes;
+}
+
+}  // namespace esi

@@ -1,0 +1,65 @@
+// esid's settings and where each comes from: built-in defaults, then the
+// config file (`--config`), then the command line, which wins.  The file is
+// read again on SIGHUP; what a reload may change is applied at once (the log
+// level) or to connections made from then on (the ring size), never to the
+// streams already running.
+//
+// The file is lines of `key = value`; `#` starts a comment; blank lines are
+// ignored.  Keys:
+//
+//     socket    = /run/esid/esid.sock   # read at start only
+//     ring_size = 1M                    # bytes, K/M suffixes, a power of two
+//     log_level = info                  # trace debug info warn error critical off
+
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <spdlog/common.h>
+
+namespace esi {
+
+constexpr uint32_t kMinRingSize = 256u << 10;
+constexpr uint32_t kMaxRingSize = 64u << 20;
+
+// Values that one source sets; an empty optional leaves the value to the
+// source below it.
+struct SettingsLayer {
+  std::optional<std::string> socketPath;
+  std::optional<uint32_t> ringSize;
+  std::optional<spdlog::level::level_enum> logLevel;
+};
+
+// The values esid runs with.
+struct Settings {
+  std::string socketPath = "/run/esid/esid.sock";
+  uint32_t ringSize = 1u << 20;
+  spdlog::level::level_enum logLevel = spdlog::level::info;
+
+  // Defaults, overridden by file, overridden by commandLine.
+  static Settings resolve(const SettingsLayer& file, const SettingsLayer& commandLine);
+};
+
+// "1048576", "1024K", "1M": a power of two in [kMinRingSize, kMaxRingSize].
+// Throws std::invalid_argument saying what is wrong.
+uint32_t parseRingSize(std::string_view text);
+
+// "trace" ... "off".  Throws std::invalid_argument for anything else.
+spdlog::level::level_enum parseLogLevel(std::string_view text);
+std::string logLevelName(spdlog::level::level_enum level);
+
+// Parses the file's text; `name` is used in messages.  Throws
+// std::invalid_argument naming the file and line of the first bad line.
+SettingsLayer parseSettingsFile(std::string_view text, std::string_view name);
+
+// Reads and parses path.  Throws std::runtime_error or std::invalid_argument.
+SettingsLayer readSettingsFile(const std::string& path);
+
+// One line per setting that differs, e.g. "log_level: info -> debug".
+std::vector<std::string> describeChanges(const Settings& before, const Settings& after);
+
+}  // namespace esi
