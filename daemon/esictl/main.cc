@@ -1,86 +1,422 @@
 // esictl: the operator's view of a running esid.
 
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <kj/io.h>
 #include <nlohmann/json.hpp>
 
 #include "esi.capnp.h"
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+constexpr int kAnswerTimeoutMs = 5000;
+constexpr size_t kMaxReplyBytes = 16 << 20;
+
+// A failure the user can act on; printed as one line, exit code 1.
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 int fail(const std::string& message) {
   std::fprintf(stderr, "esictl: %s\n", message.c_str());
   return 1;
 }
 
-// Sends one control command; returns esid's answer or throws with a reason.
-esi::wire::ControlReply::Reader ask(const std::string& socketPath, const std::string& command,
-                              kj::Own<capnp::MessageReader>& holder) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+// "group www-data" for the socket's group, or its number.
+std::string socketGroup(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return "the socket's group";
+  if (const group* g = getgrgid(st.st_gid); g != nullptr) return std::string("group ") + g->gr_name;
+  return "gid " + std::to_string(st.st_gid);
+}
+
+// Reads until EOF, waiting at most kAnswerTimeoutMs for each piece.
+std::vector<char> readAll(int fd, const std::string& socketPath) {
+  std::vector<char> bytes;
+  char buffer[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    const int ready = poll(&p, 1, kAnswerTimeoutMs);
+    if (ready == 0) {
+      throw Failure("esid at " + socketPath + " did not answer within " +
+                    std::to_string(kAnswerTimeoutMs / 1000) +
+                    " s (is it starting, or stopped while systemd holds its socket?)");
+    }
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      throw Failure(std::string("poll: ") + std::strerror(errno));
+    }
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n == 0) return bytes;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Failure("reading esid's answer: " + std::string(std::strerror(errno)));
+    }
+    bytes.insert(bytes.end(), buffer, buffer + n);
+    if (bytes.size() > kMaxReplyBytes) throw Failure("esid's answer is implausibly large");
+  }
+}
+
+// Sends one control command and returns esid's JSON answer.
+nlohmann::json ask(const std::string& socketPath, const std::string& command) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Failure(std::string("socket: ") + std::strerror(errno));
   kj::AutoCloseFd owned(fd);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (socketPath.size() >= sizeof(addr.sun_path)) throw std::runtime_error("socket path too long");
+  if (socketPath.size() >= sizeof(addr.sun_path)) throw Failure("socket path too long: " + socketPath);
   std::strcpy(addr.sun_path, socketPath.c_str());
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     const int err = errno;
-    std::string why = "cannot connect to esid at " + socketPath + ": " + std::strerror(err);
-    if (err == ENOENT || err == ECONNREFUSED) why += " (is esid running?)";
-    if (err == EACCES) why += " (run as root or as a member of the socket's group)";
-    throw std::runtime_error(why);
+    switch (err) {
+      case ENOENT:
+        throw Failure("esid is not running: no socket at " + socketPath);
+      case ECONNREFUSED:
+        throw Failure("esid is not running: nothing listens on " + socketPath);
+      case EACCES:
+        throw Failure("permission denied on " + socketPath + ": run as root or as a member of " +
+                      socketGroup(socketPath));
+      default:
+        throw Failure("cannot connect to esid at " + socketPath + ": " + std::strerror(err));
+    }
   }
 
   capnp::MallocMessageBuilder message;
   auto hello = message.initRoot<esi::wire::Hello>();
   hello.setVersion(esi::wire::PROTOCOL_VERSION);
   hello.setControl(command);
-  capnp::writeMessageToFd(fd, message);
+  try {
+    capnp::writeMessageToFd(fd, message);
+  } catch (const kj::Exception& e) {
+    throw Failure("esid at " + socketPath + " closed the connection: " +
+                  e.getDescription().cStr());
+  }
 
-  holder = kj::heap<capnp::StreamFdMessageReader>(kj::mv(owned));
-  return holder->getRoot<esi::wire::ControlReply>();
+  const std::vector<char> bytes = readAll(fd, socketPath);
+  if (bytes.empty()) {
+    throw Failure("esid at " + socketPath + " closed the connection without answering");
+  }
+  if (bytes.size() % sizeof(capnp::word) != 0) throw Failure("esid answered garbage");
+  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  try {
+    capnp::FlatArrayMessageReader reader(words);
+    auto reply = reader.getRoot<esi::wire::ControlReply>();
+    const std::string body = reply.getBody().cStr();
+    if (!reply.getOk()) {
+      std::string why = "esid refused: " + body;
+      if (body.rfind("permission denied", 0) == 0) {
+        why += " (run esictl as root or as esid's own user)";
+      }
+      throw Failure(why);
+    }
+    return nlohmann::json::parse(body);
+  } catch (const kj::Exception& e) {
+    throw Failure(std::string("esid answered garbage: ") + e.getDescription().cStr());
+  } catch (const nlohmann::json::exception& e) {
+    throw Failure(std::string("esid answered malformed JSON: ") + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------
+// stats
+
+struct Metric {
+  const char* key;   // in esid's JSON
+  const char* name;  // Prometheus name, after "esid_"
+  const char* type;
+  const char* help;
+};
+
+constexpr Metric kMetrics[] = {
+    {"connections", "connections_total", "counter", "NGINX worker connections accepted."},
+    {"active_connections", "active_connections", "gauge", "NGINX worker connections open now."},
+    {"streams", "streams_total", "counter", "Response bodies (streams) opened for ESI processing."},
+    {"active_streams", "active_streams", "gauge", "Streams being processed now."},
+    {"bytes", "parsed_bytes_total", "counter", "Body bytes parsed."},
+    {"includes", "includes_total", "counter", "esi:include elements found."},
+    {"warnings", "warnings_total", "counter", "Odd markup passed over."},
+    {"errors", "errors_total", "counter", "Refused includes and protocol violations."},
+    {"ring_full", "ring_full_total", "counter", "Answers that had to wait for ring space."},
+};
+
+// Prometheus text exposition format 0.0.4.  Keys esictl does not know yet
+// (a newer esid) are exported untyped under their own name.
+void printPrometheus(const nlohmann::json& stats) {
+  std::vector<std::string> known;
+  for (const Metric& m : kMetrics) {
+    known.emplace_back(m.key);
+    const auto it = stats.find(m.key);
+    if (it == stats.end() || !it->is_number()) continue;
+    std::printf("# HELP esid_%s %s\n# TYPE esid_%s %s\nesid_%s %s\n", m.name, m.help, m.name,
+                m.type, m.name, it->dump().c_str());
+  }
+  for (const auto& [key, value] : stats.items()) {
+    if (!value.is_number() || std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string name = "esid_";
+    for (char c : key) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    std::printf("# HELP %s esid stats field \"%s\".\n# TYPE %s untyped\n%s %s\n", name.c_str(),
+                key.c_str(), name.c_str(), name.c_str(), value.dump().c_str());
+  }
+}
+
+int stats(const std::string& socketPath, bool json, bool prometheus) {
+  const nlohmann::json body = ask(socketPath, "stats");
+  if (json) {
+    std::printf("%s\n", body.dump().c_str());
+  } else if (prometheus) {
+    printPrometheus(body);
+  } else {
+    for (const auto& [name, value] : body.items()) {
+      std::printf("%s %s\n", name.c_str(), value.dump().c_str());
+    }
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// top
+
+volatile sig_atomic_t stopRequested = 0;
+
+void onStopSignal(int) { stopRequested = 1; }
+
+// Puts the terminal in non-canonical, no-echo mode so that a single "q"
+// quits; restores it, and the cursor, however top ends.
+class TerminalMode {
+ public:
+  explicit TerminalMode(bool interactive) {
+    if (interactive && isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved_) == 0) {
+      termios raw = saved_;
+      raw.c_lflag &= ~(ICANON | ECHO);
+      raw.c_cc[VMIN] = 0;
+      raw.c_cc[VTIME] = 0;
+      restore_ = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+    }
+    if (interactive) std::fputs("\x1b[?25l", stdout);  // hide the cursor
+    interactive_ = interactive;
+  }
+  ~TerminalMode() {
+    if (restore_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+    if (interactive_) std::fputs("\x1b[?25h", stdout);
+    std::fflush(stdout);
+  }
+  TerminalMode(const TerminalMode&) = delete;
+  TerminalMode& operator=(const TerminalMode&) = delete;
+
+  bool readsKeys() const { return restore_; }
+
+ private:
+  termios saved_{};
+  bool restore_ = false;
+  bool interactive_ = false;
+};
+
+struct Snapshot {
+  Clock::time_point at;
+  nlohmann::json stats;
+
+  uint64_t get(const char* key) const {
+    const auto it = stats.find(key);
+    return it != stats.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+  }
+};
+
+Snapshot snapshot(const std::string& socketPath) {
+  nlohmann::json body = ask(socketPath, "stats");
+  return Snapshot{Clock::now(), std::move(body)};
+}
+
+std::string humanBytes(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  size_t unit = 0;
+  while (bytes >= 1024 && unit + 1 < std::size(kUnits)) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
+  return text;
+}
+
+// One screen: rates between two snapshots, totals and gauges of the later.
+std::string render(const std::string& socketPath, const Snapshot& before, const Snapshot& now,
+                   bool interactive) {
+  const double seconds =
+      std::chrono::duration<double>(now.at - before.at).count();
+  // A counter that went down means esid restarted between the snapshots.
+  bool restarted = false;
+  for (const char* key : {"connections", "streams", "bytes", "includes", "errors"}) {
+    restarted = restarted || now.get(key) < before.get(key);
+  }
+
+  std::string out;
+  char line[160];
+  const std::time_t wall = std::time(nullptr);
+  char clock[16];
+  std::strftime(clock, sizeof(clock), "%H:%M:%S", std::localtime(&wall));
+  std::snprintf(line, sizeof(line), "esid on %s at %s%s\n\n", socketPath.c_str(), clock,
+                interactive ? "    (q quits)" : "");
+  out += line;
+  std::snprintf(line, sizeof(line), "%-20s %14s %14s\n", "", "per second", "total");
+  out += line;
+
+  struct Row {
+    const char* label;
+    const char* key;
+    bool bytes;
+  };
+  for (const Row& row : {Row{"streams", "streams", false}, Row{"includes", "includes", false},
+                         Row{"bytes parsed", "bytes", true}, Row{"errors", "errors", false},
+                         Row{"warnings", "warnings", false},
+                         Row{"ring full", "ring_full", false}}) {
+    const uint64_t total = now.get(row.key);
+    std::string rate = "-";
+    if (!restarted && seconds > 0) {
+      const double perSecond = static_cast<double>(total - before.get(row.key)) / seconds;
+      if (row.bytes) {
+        rate = humanBytes(perSecond);
+      } else {
+        char text[32];
+        std::snprintf(text, sizeof(text), "%.1f", perSecond);
+        rate = text;
+      }
+    }
+    const std::string totalText =
+        row.bytes ? humanBytes(static_cast<double>(total)) : std::to_string(total);
+    std::snprintf(line, sizeof(line), "%-20s %14s %14s\n", row.label, rate.c_str(),
+                  totalText.c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof(line), "\n%-20s %14llu\n%-20s %14llu\n", "active connections",
+                static_cast<unsigned long long>(now.get("active_connections")),
+                "active streams", static_cast<unsigned long long>(now.get("active_streams")));
+  out += line;
+  if (restarted) out += "\nesid restarted: rates resume with the next refresh\n";
+  return out;
+}
+
+// Waits up to `timeout`; false when the user asked to quit (q or a signal).
+bool waitOrQuit(std::chrono::milliseconds timeout, bool readKeys) {
+  const auto deadline = Clock::now() + timeout;
+  while (!stopRequested) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return true;
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    const int ready = poll(&p, readKeys ? 1 : 0, static_cast<int>(left.count()));
+    if (ready > 0) {
+      char key = 0;
+      if (read(STDIN_FILENO, &key, 1) == 1 && (key == 'q' || key == 'Q')) return false;
+    }
+  }
+  return false;
+}
+
+int top(const std::string& socketPath, int iterations, double interval) {
+  // Scripted use (--once, --iterations, or output not to a terminal) prints
+  // plain frames one after another; otherwise the screen is redrawn in place.
+  const bool interactive = iterations == 0 && isatty(STDOUT_FILENO);
+  struct sigaction action {};
+  action.sa_handler = onStopSignal;  // no SA_RESTART: poll returns at once
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  const auto period = std::chrono::milliseconds(static_cast<long>(interval * 1000));
+
+  TerminalMode terminal(interactive);
+  std::optional<Snapshot> before;
+  std::string problem;
+  for (int frame = 0; iterations == 0 || frame < iterations;) {
+    try {
+      Snapshot now = snapshot(socketPath);
+      if (before) {
+        const std::string screen = render(socketPath, *before, now, interactive);
+        if (interactive) {
+          std::printf("\x1b[H\x1b[2J%s", screen.c_str());
+        } else {
+          std::printf("%s%s", frame > 0 ? "\n" : "", screen.c_str());
+        }
+        std::fflush(stdout);
+        ++frame;
+      }
+      before = std::move(now);
+      problem.clear();
+    } catch (const Failure& e) {
+      // Interactive top rides out an esid restart; a script learns at once.
+      if (!interactive) throw;
+      if (problem != e.what()) {
+        problem = e.what();
+        std::printf("\x1b[H\x1b[2J%s\nwaiting for esid...    (q quits)\n", problem.c_str());
+        std::fflush(stdout);
+      }
+      before.reset();
+    }
+    if (iterations != 0 && frame >= iterations) break;
+    if (!waitOrQuit(period, terminal.readsKeys())) break;
+  }
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"esictl: inspect and control a running esid"};
+  CLI::App app{"esictl: inspect a running esid"};
   std::string socketPath = "/run/esid/esid.sock";
-  bool json = false;
   app.add_option("--socket", socketPath, "esid's Unix socket")->capture_default_str();
   app.set_version_flag("--version", "esictl " ESI_VERSION);
   app.require_subcommand(1);
-  auto* stats = app.add_subcommand("stats", "Counters: streams, bytes, includes, errors");
-  stats->add_flag("--json", json, "Print one JSON object");
+
+  auto* statsCommand = app.add_subcommand("stats", "Counters: streams, bytes, includes, errors");
+  bool json = false, prometheus = false;
+  auto* jsonFlag = statsCommand->add_flag("--json", json, "Print one JSON object");
+  statsCommand->add_flag("--prometheus", prometheus, "Print Prometheus text exposition format")
+      ->excludes(jsonFlag);
+
+  auto* topCommand =
+      app.add_subcommand("top", "Live rates: streams/s, includes/s, bytes/s, errors (q quits)");
+  int iterations = 0;
+  double interval = 1.0;
+  bool once = false;
+  auto* onceFlag = topCommand->add_flag("--once", once, "Print one frame and exit");
+  topCommand->add_option("--iterations,-n", iterations, "Print this many frames and exit")
+      ->check(CLI::PositiveNumber)
+      ->excludes(onceFlag);
+  topCommand->add_option("--interval,-d", interval, "Seconds between refreshes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   CLI11_PARSE(app, argc, argv);
 
   try {
-    kj::Own<capnp::MessageReader> holder;
-    auto reply = ask(socketPath, "stats", holder);
-    if (!reply.getOk()) return fail(std::string("esid refused: ") + reply.getBody().cStr());
-    const auto body = nlohmann::json::parse(reply.getBody().cStr());
-    if (json) {
-      std::printf("%s\n", body.dump().c_str());
-    } else {
-      for (const auto& [name, value] : body.items()) {
-        std::printf("%s %s\n", name.c_str(), value.dump().c_str());
-      }
-    }
-    return 0;
-  } catch (const kj::Exception& e) {
-    return fail("esid closed the connection or answered garbage: " +
-                std::string(e.getDescription().cStr()));
+    if (*statsCommand) return stats(socketPath, json, prometheus);
+    if (*topCommand) return top(socketPath, once ? 1 : iterations, interval);
+  } catch (const Failure& e) {
+    return fail(e.what());
   } catch (const std::exception& e) {
     return fail(e.what());
   }
+  return 1;
 }
