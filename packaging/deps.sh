@@ -16,6 +16,7 @@ packages=(
     nlohmann-json3-dev libssl-dev libpcre2-dev
     clang libclang-rt-14-dev llvm-14
     systemd
+    debhelper dpkg-dev lintian rpm wrk
 )
 
 missing=()
