@@ -102,6 +102,27 @@ else
     failed=$((failed + 1))
 fi
 
+# The packages (packaging/ci-packages.sh): the .debs (lintian-clean of
+# errors) and the RPMs built from this tree; the .debs installed, esid
+# socket-activated, Debian's nginx with the installed module serving an
+# assembled page, esid reloaded and restarted under wrk load, esictl checked;
+# then everything purged.  Each of its checks is one pass or one fail.
+packages() {
+    step "packages"
+    local log="$logs/packages.log"
+    bash packaging/ci-packages.sh "$root/build-packages" 2>&1 | tee "$log"
+    local line
+    line=$(grep -E '^packages: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "run: packaging/ci-packages.sh ended without its summary"
+        failed=$((failed + 1))
+        return
+    fi
+    passed=$((passed + $(sed -E 's/^packages: ([0-9]+) passed.*/\1/' <<<"$line")))
+    failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")))
+}
+packages
+
 rm -rf "$logs"
 echo
 echo "$passed passed, $failed failed"

@@ -1,0 +1,379 @@
+#!/usr/bin/env bash
+# CI check of the packages, as root on a Debian 12 machine:
+#
+#   1. build the .debs (packaging/build-deb.sh: dpkg-buildpackage + lintian)
+#      and the RPMs (packaging/build-rpm.sh);
+#   2. install the .debs with apt-get;
+#   3. start the installed esid socket-activated as the esid user: through
+#      systemd where systemd runs the machine, otherwise through
+#      systemd-socket-activate, which holds the socket while a small loop
+#      restarts esid on it, as esid.socket + Restart= would;
+#   4. run Debian's nginx with a test config that includes the installed
+#      modules-available snippet, proxying to an origin on 127.0.0.1, and
+#      fetch an assembled page, compared byte for byte;
+#   5. reload esid (SIGHUP) and restart it under a short wrk load: wrk must
+#      report no non-2xx/3xx response and no socket error;
+#   6. esictl stats, stats --json, stats --prometheus and top --once against
+#      the running esid, each with an assertion on its output, and its
+#      one-line errors;
+#   7. purge the packages, leaving the machine as it was.
+#
+# Prints "ok - ..." or "not ok - ..." per check and ends with
+# "packages: N passed, N failed"; exits non-zero on any failure.
+#
+#     packaging/ci-packages.sh [OUTDIR]     # packages go to OUTDIR
+#                                           # (default build-packages)
+#
+# ESI_PACKAGES_PREBUILT=1 skips step 1 and uses the packages already in
+# OUTDIR (for working on the later steps).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$(realpath -m "${1:-$root/build-packages}")
+work=$(mktemp -d /tmp/esi-ci-packages.XXXXXX)
+socket=/run/esid/esid.sock
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+not_ok() { failed=$((failed + 1)); echo "not ok - $*"; }
+# check DESCRIPTION COMMAND...: one check, passed when COMMAND succeeds.
+check() {
+    local what=$1; shift
+    if "$@"; then ok "$what"; else not_ok "$what"; fi
+}
+step() { printf '\n---- %s\n' "$*"; }
+
+finish() {
+    echo
+    echo "packages: $passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "ci-packages: must run as root (it installs packages)" >&2
+    exit 1
+fi
+
+# ---------------------------------------------------------------- build
+
+if [ "${ESI_PACKAGES_PREBUILT:-}" = 1 ]; then
+    echo "ci-packages: using the packages in $out"
+else
+step "build the .debs"
+if DEB_BUILD_OPTIONS="nocheck ${DEB_BUILD_OPTIONS:-}" \
+        bash "$root/packaging/build-deb.sh" "$out/deb" >"$work/build-deb.log" 2>&1; then
+    ok "dpkg-buildpackage builds esid and libnginx-mod-http-esi; lintian reports no error"
+else
+    tail -n 40 "$work/build-deb.log"
+    not_ok "dpkg-buildpackage builds esid and libnginx-mod-http-esi; lintian reports no error"
+fi
+sed -n '/^build-deb: lintian/,$p' "$work/build-deb.log"
+
+step "build the RPMs"
+if bash "$root/packaging/build-rpm.sh" "$out/rpm" >"$work/build-rpm.log" 2>&1; then
+    ok "rpmbuild builds the RPMs"
+else
+    tail -n 40 "$work/build-rpm.log"
+    not_ok "rpmbuild builds the RPMs"
+fi
+fi
+# A man page may be compressed (Fedora's brp-compress) or not (Debian's rpm).
+rpm_has() { rpm -qlp "$out"/rpm/"$1"-[0-9]*.rpm 2>/dev/null | grep -Eqx "$2(\.gz)?"; }
+esid_rpm_complete() {
+    rpm_has esid /usr/sbin/esid && rpm_has esid /usr/bin/esictl &&
+        rpm_has esid /usr/lib/systemd/system/esid.socket &&
+        rpm_has esid /usr/lib/systemd/system/esid.service &&
+        rpm_has esid /etc/esid/esid.conf &&
+        rpm_has esid /usr/share/man/man8/esid.8
+}
+module_rpm_complete() {
+    rpm_has nginx-mod-http-esi /usr/lib64/nginx/modules/ngx_http_esi_module.so &&
+        rpm_has nginx-mod-http-esi /usr/share/nginx/modules/mod-http-esi.conf
+}
+check "the esid RPM has esid, esictl, the units, the settings and the man pages" \
+    esid_rpm_complete
+check "the module RPM has the module and its load_module snippet" module_rpm_complete
+
+deb_esid=$(ls "$out"/deb/esid_*.deb 2>/dev/null | head -n 1)
+deb_module=$(ls "$out"/deb/libnginx-mod-http-esi_*.deb 2>/dev/null | head -n 1)
+if [ -z "$deb_esid" ] || [ -z "$deb_module" ]; then
+    not_ok "no .debs to install"
+    finish
+fi
+abi=$(sed -n 's/^nginx:abi=//p' /usr/share/nginx/src/debian/libnginx-mod.abisubstvars)
+check "libnginx-mod-http-esi depends on $abi, the nginx ABI it was built against" \
+    bash -c "dpkg-deb -f '$deb_module' Depends | grep -qw '$abi'"
+
+# ---------------------------------------------------------------- install
+
+esid_user_existed=
+getent passwd esid >/dev/null && esid_user_existed=1
+supervisor=
+nginx_pid=
+
+cleanup() {
+    set +e
+    step "clean up"
+    if [ -n "$nginx_pid" ] && kill -0 "$nginx_pid" 2>/dev/null; then
+        kill -QUIT "$nginx_pid"
+        for _ in $(seq 1 50); do kill -0 "$nginx_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$nginx_pid" 2>/dev/null
+    fi
+    [ -n "${origin_pid:-}" ] && kill "$origin_pid" 2>/dev/null
+    if [ -n "$supervisor" ]; then
+        local esid_pid
+        esid_pid=$(pgrep -P "$supervisor" -x esid)
+        kill -TERM "$supervisor" 2>/dev/null
+        [ -n "$esid_pid" ] && kill -TERM "$esid_pid" 2>/dev/null
+        sleep 0.5
+        kill -KILL "$supervisor" $esid_pid 2>/dev/null
+    elif [ -d /run/systemd/system ]; then
+        systemctl stop esid.socket esid.service
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y -q esid libnginx-mod-http-esi \
+        >"$work/purge.log" 2>&1 || cat "$work/purge.log"
+    if [ -z "$esid_user_existed" ] && getent passwd esid >/dev/null; then
+        deluser --quiet --system esid >/dev/null 2>&1
+        getent group esid >/dev/null && delgroup --quiet --system esid >/dev/null 2>&1
+    fi
+    rm -rf /run/esid
+    if dpkg-query -W -f='${db:Status-Status}' esid 2>/dev/null | grep -q installed ||
+       [ -e /etc/nginx/modules-enabled/50-mod-http-esi.conf ]; then
+        not_ok "purge leaves no package and no enabled module behind"
+    else
+        ok "purge leaves no package and no enabled module behind"
+    fi
+    rm -rf "$work"
+}
+trap 'cleanup; finish' EXIT
+
+step "install the .debs"
+# A package left installed by an earlier run is purged first.
+DEBIAN_FRONTEND=noninteractive apt-get purge -y -q esid libnginx-mod-http-esi >/dev/null 2>&1
+if DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$deb_esid" "$deb_module" \
+        </dev/null >"$work/install.log" 2>&1; then
+    ok "apt-get installs both .debs"
+else
+    cat "$work/install.log"
+    not_ok "apt-get installs both .debs"
+    exit
+fi
+check "esid --version names the packaged version" \
+    bash -c "/usr/sbin/esid --version | grep -qx \"esid \$(dpkg-query -W -f='\${Version}' esid)\""
+check "the postinst created the esid system user, in group www-data" \
+    bash -c 'id -nG esid | grep -qw www-data && [ "$(id -u esid)" -lt 1000 ]'
+check "the module is enabled in /etc/nginx/modules-enabled" \
+    test "$(readlink /etc/nginx/modules-enabled/50-mod-http-esi.conf)" = \
+         /usr/share/nginx/modules-available/mod-http-esi.conf
+check "the man pages are installed" \
+    test -f /usr/share/man/man8/esid.8.gz -a -f /usr/share/man/man8/esictl.8.gz
+check "systemd-analyze verify accepts the installed units" \
+    bash -c 'systemd-analyze verify /lib/systemd/system/esid.socket \
+                 /lib/systemd/system/esid.service >'"$work"'/verify.log 2>&1 &&
+             ! grep -v "Failed to connect\|System has not been booted" '"$work"'/verify.log | grep .'
+check "the packaged settings pass esid --check-config" \
+    /usr/sbin/esid --config /etc/esid/esid.conf --check-config
+
+# ---------------------------------------------------------------- esid
+
+esid_pid() {
+    if [ -n "$supervisor" ]; then
+        pgrep -P "$supervisor" -x esid
+    else
+        systemctl show -p MainPID --value esid.service | grep -v '^0$'
+    fi
+}
+wait_for() {  # wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s
+    local deadline=$((SECONDS + $1)); shift
+    until "$@"; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
+step "start esid, socket-activated"
+if [ -d /run/systemd/system ]; then
+    echo "systemd runs this machine: esid.socket"
+    systemctl start esid.socket
+else
+    echo "systemd is not PID 1 here: systemd-socket-activate, with a restart loop as the esid user"
+    install -d -m 0755 /run/esid
+    # The loop plays esid.service: same user, groups, no_new_privs and umask
+    # (not its CAP_DAC_READ_SEARCH, which only cache scans need); it keeps
+    # the socket (fd 3) across esid's restarts, like esid.socket.
+    # shellcheck disable=SC2016
+    (exec setsid systemd-socket-activate -l "$socket" \
+         setpriv --reuid=esid --regid=esid --init-groups --no-new-privs \
+         bash -c 'umask 0077
+                  while :; do
+                      (export LISTEN_PID=$BASHPID; exec /usr/sbin/esid --config /etc/esid/esid.conf)
+                      sleep 0.1
+                  done') >"$work/esid.log" 2>&1 &
+    supervisor=$!
+    # systemd-socket-activate creates it 0644 root:root: make it what
+    # esid.socket makes it before any worker connects.
+    wait_for 10 test -S "$socket"
+    chgrp www-data "$socket"
+    chmod 0660 "$socket"
+fi
+check "esid's socket is 0660 and belongs to group www-data" \
+    test "$(stat -c '%a %G' "$socket" 2>/dev/null)" = "660 www-data"
+
+# ---------------------------------------------------------------- nginx
+
+step "nginx with the installed module, an origin on 127.0.0.1"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+origin_port=$(free_port)
+mkdir -p "$work/www/esi" "$work/tmp"
+chown www-data "$work/tmp"
+chmod 755 "$work"
+printf '<html><body>\n<esi:include src="/esi/header"/>\n<p>page</p>\n<esi:include src="/esi/cart"/>\n<esi:remove>not shown</esi:remove><!--esi <p>esi comment</p>-->\n</body></html>\n' \
+    >"$work/www/page"
+printf '<header>shop</header>' >"$work/www/esi/header"
+printf '<div id="cart">3 items</div>' >"$work/www/esi/cart"
+printf '<html><body>\n<header>shop</header>\n<p>page</p>\n<div id="cart">3 items</div>\n <p>esi comment</p>\n</body></html>\n' \
+    >"$work/expected"
+chmod -R a+rX "$work/www"
+
+cat >"$work/nginx.conf" <<CONF
+include /usr/share/nginx/modules-available/mod-http-esi.conf;
+user www-data;
+worker_processes 2;
+pid $work/nginx.pid;
+error_log $work/error.log info;
+events { worker_connections 1024; }
+http {
+    log_format esi '\$request_uri \$status \$esi_status';
+    access_log $work/access.log esi;
+    client_body_temp_path $work/tmp/body;
+    proxy_temp_path $work/tmp/proxy;
+    fastcgi_temp_path $work/tmp/fastcgi;
+    uwsgi_temp_path $work/tmp/uwsgi;
+    scgi_temp_path $work/tmp/scgi;
+    esi_daemon unix:$socket;
+
+    upstream origin { server 127.0.0.1:$origin_port; keepalive 16; }
+    server {
+        listen 127.0.0.1:$port;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            esi on;
+        }
+        location /esi/ {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+    server {                                   # the origin
+        listen 127.0.0.1:$origin_port;
+        access_log off;
+        root $work/www;
+        default_type text/html;
+    }
+}
+CONF
+if /usr/sbin/nginx -t -q -e "$work/error.log" -c "$work/nginx.conf" &&
+   /usr/sbin/nginx -e "$work/error.log" -c "$work/nginx.conf"; then
+    wait_for 10 test -s "$work/nginx.pid"
+    nginx_pid=$(cat "$work/nginx.pid")
+    ok "Debian's nginx starts with the modules-available snippet"
+else
+    cat "$work/error.log"
+    not_ok "Debian's nginx starts with the modules-available snippet"
+    exit
+fi
+
+fetch() { curl -sS --max-time 10 -o "$1" "http://127.0.0.1:$port/page"; }
+assembled() { fetch "$work/got" && cmp -s "$work/expected" "$work/got"; }
+# The first request socket-activates esid; a worker may need a moment to
+# reconnect, and meanwhile pages pass through unassembled.
+if wait_for 15 assembled; then
+    ok "the page comes back assembled, byte for byte"
+else
+    diff <(cat "$work/expected") <(cat "$work/got" 2>/dev/null) | head -n 20
+    not_ok "the page comes back assembled, byte for byte"
+fi
+check "the access log says esid processed it" grep -q '^/page 200 processed$' "$work/access.log"
+runs_as_esid() { local pid; pid=$(esid_pid) && [ "$(ps -o user= -p "$pid")" = esid ]; }
+check "esid runs as user esid" runs_as_esid
+
+# ---------------------------------------------------------------- reload, restart under load
+
+step "reload and restart esid under wrk load"
+first_pid=$(esid_pid)
+cp /etc/esid/esid.conf "$work/esid.conf.orig"
+printf 'log_level = debug\n' >>/etc/esid/esid.conf
+wrk -t1 -c8 -d5s --timeout 5s "http://127.0.0.1:$port/page" >"$work/wrk.txt" 2>&1 &
+wrk_pid=$!
+sleep 1
+kill -HUP "$first_pid"
+sleep 1
+if [ -n "$supervisor" ]; then
+    kill -TERM "$first_pid"       # the loop starts a new esid on the same socket
+else
+    systemctl restart esid.service
+fi
+wait "$wrk_pid"
+cat "$work/wrk.txt"
+cp "$work/esid.conf.orig" /etc/esid/esid.conf
+check "wrk made requests" grep -Eq '^ +[1-9][0-9]* requests in' "$work/wrk.txt"
+check "wrk saw no non-2xx/3xx response" bash -c "! grep -q 'Non-2xx or 3xx responses' '$work/wrk.txt'"
+check "wrk saw no socket error (connect, read, write, timeout)" \
+    bash -c "! grep -q 'Socket errors' '$work/wrk.txt'"
+if [ -n "$supervisor" ]; then
+    check "SIGHUP made esid re-read its settings and log the change" \
+        grep -q 'SIGHUP: log_level: info -> debug' "$work/esid.log"
+fi
+new_esid() { local pid; pid=$(esid_pid) && [ "$pid" != "$first_pid" ]; }
+check "esid restarted: a new process serves" wait_for 10 new_esid
+echo "responses during the run: $(awk '$1 == "/page" {n[$3]++} END {for (s in n) printf "%s %d  ", s, n[s]}' "$work/access.log")"
+check "after the restart the page is assembled again" wait_for 15 assembled
+
+# ---------------------------------------------------------------- esictl
+
+step "esictl against the running esid"
+for _ in 1 2 3; do fetch /dev/null; done
+esictl stats >"$work/stats.txt" 2>&1
+cat "$work/stats.txt"
+check "esictl stats counts the pages since the restart" \
+    grep -Eq '^streams [1-9][0-9]*$' "$work/stats.txt"
+check "esictl stats --json is one JSON object whose streams and includes are counted" \
+    python3 -c '
+import json, subprocess, sys
+doc = json.loads(subprocess.run(["esictl", "stats", "--json"], check=True,
+                                capture_output=True).stdout)
+sys.exit(0 if doc["streams"] >= 3 and doc["includes"] >= 6 and doc["errors"] == 0 else 1)'
+esictl stats --prometheus >"$work/prom.txt" 2>&1
+head -n 6 "$work/prom.txt"
+check "esictl stats --prometheus has HELP/TYPE lines and esid_ samples" \
+    bash -c "grep -qx '# TYPE esid_streams_total counter' '$work/prom.txt' &&
+             grep -q '^# HELP esid_streams_total ' '$work/prom.txt' &&
+             grep -Eq '^esid_streams_total [1-9][0-9]*$' '$work/prom.txt' &&
+             ! grep -Ev '^(# (HELP|TYPE) esid_[a-z_]+ .+|esid_[a-z_]+ [0-9]+)$' '$work/prom.txt'"
+(for _ in $(seq 1 30); do fetch /dev/null; sleep 0.05; done) &
+load_pid=$!
+esictl top --once --interval 1 >"$work/top.txt" 2>&1
+wait "$load_pid"
+cat "$work/top.txt"
+check "esictl top --once shows a streams rate and the workers' connections" \
+    bash -c "grep -Eq '^streams +[0-9]+\.[0-9] +[0-9]+$' '$work/top.txt' &&
+             grep -Eq '^active connections +[1-9]' '$work/top.txt'"
+check "esictl refuses a caller that is neither root nor esid, in one line, exit 1" \
+    bash -c "setpriv --reuid=www-data --regid=www-data --init-groups esictl stats >'$work/deny.txt' 2>&1
+             [ \$? -eq 1 ] && [ \$(wc -l <'$work/deny.txt') -eq 1 ] &&
+             grep -q 'permission denied' '$work/deny.txt'"
+check "esictl says esid is not running when there is no socket, exit 1" \
+    bash -c "esictl --socket '$work/none.sock' stats 2>'$work/none.txt'
+             [ \$? -eq 1 ] && grep -qx 'esictl: esid is not running: no socket at $work/none.sock' '$work/none.txt'"
+
+if grep -E 'exited on signal|\[alert\]|\[emerg\]' "$work/error.log"; then
+    not_ok "nginx's error log has no crash, alert or emerg"
+else
+    ok "nginx's error log has no crash, alert or emerg"
+fi
