@@ -80,7 +80,9 @@ else
 fi
 fi
 # A man page may be compressed (Fedora's brp-compress) or not (Debian's rpm).
-rpm_has() { rpm -qlp "$out"/rpm/"$1"-[0-9]*.rpm 2>/dev/null | grep -Eqx "$2(\.gz)?"; }
+# (No grep -q after a pipe here: under pipefail, the writer's SIGPIPE when
+# grep quits early would fail the check.)
+rpm_has() { rpm -qlp "$out"/rpm/"$1"-[0-9]*.rpm 2>/dev/null | grep -Ex "$2(\.gz)?" >/dev/null; }
 esid_rpm_complete() {
     rpm_has esid /usr/sbin/esid && rpm_has esid /usr/bin/esictl &&
         rpm_has esid /usr/lib/systemd/system/esid.socket &&
@@ -139,7 +141,7 @@ cleanup() {
         getent group esid >/dev/null && delgroup --quiet --system esid >/dev/null 2>&1
     fi
     rm -rf /run/esid
-    if dpkg-query -W -f='${db:Status-Status}' esid 2>/dev/null | grep -q installed ||
+    if [ "$(dpkg-query -W -f='${db:Status-Status}' esid 2>/dev/null)" = installed ] ||
        [ -e /etc/nginx/modules-enabled/50-mod-http-esi.conf ]; then
         not_ok "purge leaves no package and no enabled module behind"
     else
