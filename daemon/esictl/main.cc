@@ -381,6 +381,37 @@ int top(const std::string& socketPath, int iterations, double interval) {
   return 0;
 }
 
+// Each zone esid indexes for purges: its directory, how much of its index
+// is known, and the progress of a scan under way.
+int zones(const std::string& socketPath, bool json) {
+  const nlohmann::json body = ask(socketPath, "zones");
+  if (json) {
+    std::printf("%s\n", body.dump().c_str());
+    return 0;
+  }
+  if (body.empty()) {
+    std::printf("no zones: no NGINX worker has announced an esi_cache_purge zone\n");
+  }
+  for (const auto& [name, zone] : body.items()) {
+    std::printf("%s %s: %s, %llu keys, %llu files, index %llu of %llu bytes, %llu keys in doubt, "
+                "%llu scans, %llu purges",
+                name.c_str(), zone["path"].get<std::string>().c_str(),
+                zone["complete"].get<bool>() ? "complete" : "incomplete",
+                zone["keys"].get<unsigned long long>(), zone["files"].get<unsigned long long>(),
+                zone["index_bytes"].get<unsigned long long>(),
+                zone["index_bytes_max"].get<unsigned long long>(),
+                zone["keys_in_doubt"].get<unsigned long long>(),
+                zone["scans"].get<unsigned long long>(), zone["purges"].get<unsigned long long>());
+    if (zone["scanning"].get<bool>()) {
+      std::printf(", scanning (%llu files read)", zone["scan_files_read"].get<unsigned long long>());
+    }
+    const std::string error = zone["last_scan_error"].get<std::string>();
+    if (!error.empty()) std::printf(", last scan failed: %s", error.c_str());
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -408,10 +439,15 @@ int main(int argc, char** argv) {
   topCommand->add_option("--interval,-d", interval, "Seconds between refreshes")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
+  auto* zonesCommand =
+      app.add_subcommand("zones", "Cache zones indexed for purges, and scans under way");
+  bool zonesJson = false;
+  zonesCommand->add_flag("--json", zonesJson, "Print one JSON object");
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (*statsCommand) return stats(socketPath, json, prometheus);
+    if (*zonesCommand) return zones(socketPath, zonesJson);
     if (*topCommand) return top(socketPath, once ? 1 : iterations, interval);
   } catch (const Failure& e) {
     return fail(e.what());

@@ -4,6 +4,7 @@ a location of its own; every Vary variant of a key, wildcard keys, tags
 keys_zone left as a purge must leave it (no stale HIT, next request a MISS
 then a HIT).  esid finds the files; the worker marks and unlinks them."""
 
+import json
 import os
 import unittest
 
@@ -116,6 +117,20 @@ class SameLocationTest(PurgeTestCase):
         self.assertPurged(self.purge("/k"), 200, "exact; count=1")
         self.assertPurged(self.purge("/k"), 404, "exact; count=0")
         self.assertEqual(self.origin.hits("/k"), 2)
+
+    def test_esictl_zones_shows_the_zone_esid_indexes(self):
+        self.store_two_variants()
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        r = self.esictl("zones", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        zone = json.loads(r.stdout)["pages"]
+        self.assertEqual(os.path.realpath(zone["path"]),
+                         os.path.realpath(os.path.join(self.tmp, "cache")))
+        self.assertGreaterEqual(zone["scans"], 1)
+        self.assertGreaterEqual(zone["purges"], 1)
+        r = self.esictl("zones")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn(b"pages ", r.stdout)
 
     def test_other_methods_still_reach_the_origin(self):
         self.origin.route("/g", "g")
