@@ -412,6 +412,25 @@ int zones(const std::string& socketPath, bool json) {
   return 0;
 }
 
+// The files esid's index lists for one key of a zone: what a purge of the
+// key would remove without reading the zone's directory.
+int variants(const std::string& socketPath, const std::string& zone, const std::string& key,
+             bool json) {
+  const nlohmann::json body = ask(socketPath, "variants " + zone + " " + key);
+  if (json) {
+    std::printf("%s\n", body.dump().c_str());
+    return 0;
+  }
+  if (!body["known"].get<bool>()) {
+    std::printf("%s %s: not known to the index (its next purge reads the zone)\n",
+                zone.c_str(), key.c_str());
+    return 0;
+  }
+  std::printf("%s %s: %zu file(s)\n", zone.c_str(), key.c_str(), body["files"].size());
+  for (const auto& file : body["files"]) std::printf("%s\n", file.get<std::string>().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -443,11 +462,20 @@ int main(int argc, char** argv) {
       app.add_subcommand("zones", "Cache zones indexed for purges, and scans under way");
   bool zonesJson = false;
   zonesCommand->add_flag("--json", zonesJson, "Print one JSON object");
+  auto* variantsCommand =
+      app.add_subcommand("variants", "Files the variant index lists for one key of a zone");
+  std::string variantsZone, variantsKey;
+  bool variantsJson = false;
+  variantsCommand->add_option("zone", variantsZone, "proxy_cache zone name")->required();
+  variantsCommand->add_option("key", variantsKey, "cache key, as proxy_cache_key makes it")
+      ->required();
+  variantsCommand->add_flag("--json", variantsJson, "Print one JSON object");
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (*statsCommand) return stats(socketPath, json, prometheus);
     if (*zonesCommand) return zones(socketPath, zonesJson);
+    if (*variantsCommand) return variants(socketPath, variantsZone, variantsKey, variantsJson);
     if (*topCommand) return top(socketPath, once ? 1 : iterations, interval);
   } catch (const Failure& e) {
     return fail(e.what());

@@ -153,6 +153,22 @@ void Purger::scanDone(const std::string& name, Zone& zone) {
   }
 }
 
+nlohmann::json Purger::variants(std::string_view name, std::string_view key) const {
+  auto it = zones_.find(name);
+  if (it == zones_.end()) return nullptr;
+  const auto files = it->second.index->filesOf(md5Of(key));
+  nlohmann::json out = {{"zone", it->first},
+                        {"key", key},
+                        {"main", md5ToHex(md5Of(key))},
+                        {"known", files.has_value()}};
+  nlohmann::json list = nlohmann::json::array();
+  if (files) {
+    for (const Md5& file : *files) list.push_back(md5ToHex(file));
+  }
+  out["files"] = list;
+  return out;
+}
+
 nlohmann::json Purger::zones() const {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [name, zone] : zones_) {

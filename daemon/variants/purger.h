@@ -64,6 +64,8 @@ class Purger {
   void close();
 
   nlohmann::json zones() const;
+  // What the index holds for one key: its files, and whether it is sure.
+  nlohmann::json variants(std::string_view zone, std::string_view key) const;
 
  private:
   struct Scan {

@@ -132,6 +132,27 @@ class SameLocationTest(PurgeTestCase):
         self.assertEqual(r.returncode, 0, r.stderr.decode())
         self.assertIn(b"pages ", r.stdout)
 
+    def test_esictl_variants_lists_what_a_purge_would_remove(self):
+        self.store_two_variants()
+        # The first purge reads the zone; its variants are indexed after it.
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.store_two_variants()
+        on_disk = sorted(os.path.basename(f) for f in self.cache_files())
+
+        def indexed():
+            # Reports travel the ring, esictl the socket: wait for them.
+            r = self.esictl("variants", "pages", "/v", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+            answer = json.loads(r.stdout)
+            return answer if sorted(answer["files"]) == on_disk else None
+
+        answer = poll(indexed)
+        self.assertIsNotNone(answer, "index never listed %s" % on_disk)
+        self.assertTrue(answer["known"])
+        r = self.esictl("variants", "nosuchzone", "/v")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"no zone", r.stderr)
+
     def test_other_methods_still_reach_the_origin(self):
         self.origin.route("/g", "g")
         self.assertEqual(self.cache_status("/g"), "MISS")
