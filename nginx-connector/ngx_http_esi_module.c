@@ -184,12 +184,18 @@ typedef struct {
 } ngx_http_esi_ctx_t;
 
 
-/* a purge waiting for esid's answer */
+/*
+ * a purge waiting for esid's answer: an HTTP purge's (request set) or an
+ * order esid relayed from esictl (request NULL, in a pool of its own)
+ */
 
 typedef struct {
     ngx_rbtree_node_t          node;        /* key: the purge's id */
 
     ngx_http_request_t        *request;
+    ngx_pool_t                *pool;
+    ngx_log_t                 *log;
+    uint32_t                   order;       /* esid's id of the order */
     ngx_shm_zone_t            *zone;
     ngx_http_file_cache_t     *cache;
     ngx_uint_t                 kind;
@@ -260,6 +266,8 @@ typedef struct {
     size_t                     welcome_len;
     int                        fds[3];
     ngx_uint_t                 nfds;
+
+    unsigned                   lost_reports:1;  /* since the last announce */
 } ngx_http_esi_daemon_t;
 
 
@@ -363,6 +371,12 @@ static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
 
 static ngx_int_t ngx_http_esi_purge_access(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_purge_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_esi_purge_init(ngx_http_esi_purge_t *p,
+    ngx_shm_zone_t *zone);
+static ngx_int_t ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d,
+    uint32_t order, esi_wire_struct_t *root);
+static void ngx_http_esi_purge_report(ngx_http_esi_purge_t *p);
+static void ngx_http_esi_purge_log(ngx_http_esi_purge_t *p);
 static ngx_int_t ngx_http_esi_purge_tags(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p);
 static ngx_int_t ngx_http_esi_purge_send(ngx_http_esi_purge_t *p);
@@ -1261,6 +1275,10 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
     id = esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET);
     which = esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET);
 
+    if (which == ESI_WIRE_RESPONSE_PURGE_ORDER_WHICH) {
+        return ngx_http_esi_purge_order(d, id, &root);
+    }
+
     ctx = ngx_http_esi_lookup(d, id);
 
     if (ctx == NULL) {
@@ -1573,7 +1591,7 @@ ngx_http_esi_purged(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
 
     if (n) {
         p->error.len = ngx_min(n, 256);
-        p->error.data = ngx_pnalloc(p->request->pool, p->error.len);
+        p->error.data = ngx_pnalloc(p->pool, p->error.len);
 
         if (p->error.data) {
             ngx_memcpy(p->error.data, error, p->error.len);
@@ -1748,6 +1766,8 @@ ngx_http_esi_announce(ngx_http_esi_daemon_t *d)
                                  (const char *) path->data, path->len);
         esi_wire_set_u64(&z, ESI_WIRE_ZONE_INDEX_BYTES_OFFSET,
                          (uint64_t) d->conf->purge_index);
+        esi_wire_set_bool(&z, ESI_WIRE_ZONE_LOST_REPORTS_BIT,
+                          d->lost_reports);
 
         if (esi_wire_finish(&b) != need) {
             return NGX_ERROR;
@@ -1762,6 +1782,10 @@ ngx_http_esi_announce(ngx_http_esi_daemon_t *d)
             return NGX_ERROR;
         }
     }
+
+    /* should the announcement itself be lost, free_posted() says so again */
+
+    d->lost_reports = 0;
 
     return NGX_OK;
 }
@@ -1869,6 +1893,8 @@ ngx_http_esi_flush_posted(ngx_http_esi_daemon_t *d)
                           "esi: a %uz byte message does not fit the ring, "
                           "dropped", m->len);
 
+            d->lost_reports = 1;
+
         } else {
             p = ngx_http_esi_reserve(d, m->len);
             if (p == NULL) {
@@ -1892,6 +1918,12 @@ static void
 ngx_http_esi_free_posted(ngx_http_esi_daemon_t *d)
 {
     ngx_queue_t  *q;
+
+    /* reports may be among them */
+
+    if (!ngx_queue_empty(&d->posted)) {
+        d->lost_reports = 1;
+    }
 
     while (!ngx_queue_empty(&d->posted)) {
         q = ngx_queue_head(&d->posted);
@@ -2715,10 +2747,12 @@ ngx_http_esi_report_file(ngx_http_request_t *r, ngx_str_t *zone,
     }
 
     /*
-     * A report esid never gets leaves its index incomplete: drop the
-     * connection, so that esid doubts the zone (it does when a worker's
-     * connection ends, and when a worker announces a zone again).
+     * A report esid never gets leaves its index incomplete: the next
+     * announcement says so, and esid doubts the zone.  A connection that
+     * cannot take a report is dropped, so that the announcement comes soon.
      */
+
+    d->lost_reports = 1;
 
     if (d->state != NGX_HTTP_ESI_IDLE) {
         ngx_http_esi_drop(d, NGX_LOG_ERR,
@@ -3893,28 +3927,12 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
     cln->data = p;
 
     p->request = r;
-    p->zone = elcf->purge_zone;
-    p->cache = elcf->purge_zone->data;
+    p->pool = r->pool;
+    p->log = r->connection->log;
 
-    p->timer.handler = ngx_http_esi_purge_timeout_handler;
-    p->timer.data = p;
-    p->timer.log = r->connection->log;
-
-    p->finish.handler = ngx_http_esi_purge_finish_handler;
-    p->finish.data = p;
-    p->finish.log = r->connection->log;
-
-    /* "path/" + "l/ll/" + 32 hex digits, as ngx_http_file_cache_name() */
-
-    p->name_len = p->cache->path->name.len + 1 + p->cache->path->len
-                  + 2 * NGX_HTTP_CACHE_KEY_LEN;
-
-    p->name = ngx_pnalloc(r->pool, p->name_len + 1);
-    if (p->name == NULL) {
+    if (ngx_http_esi_purge_init(p, elcf->purge_zone) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    ngx_memcpy(p->name, p->cache->path->name.data, p->cache->path->name.len);
 
     if (ngx_http_esi_purge_tags(r, p) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -3966,6 +3984,172 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
     r->main->count++;
 
     return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_esi_purge_init(ngx_http_esi_purge_t *p, ngx_shm_zone_t *zone)
+{
+    p->zone = zone;
+    p->cache = zone->data;
+
+    p->timer.handler = ngx_http_esi_purge_timeout_handler;
+    p->timer.data = p;
+    p->timer.log = p->log;
+
+    p->finish.handler = ngx_http_esi_purge_finish_handler;
+    p->finish.data = p;
+    p->finish.log = p->log;
+
+    /* "path/" + "l/ll/" + 32 hex digits, as ngx_http_file_cache_name() */
+
+    p->name_len = p->cache->path->name.len + 1 + p->cache->path->len
+                  + 2 * NGX_HTTP_CACHE_KEY_LEN;
+
+    p->name = ngx_pnalloc(p->pool, p->name_len + 1);
+    if (p->name == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p->name, p->cache->path->name.data, p->cache->path->name.len);
+
+    return NGX_OK;
+}
+
+
+/*
+ * esictl's purge, relayed by esid: carried out as an HTTP purge would be,
+ * with no request; its outcome goes back as Request.purgeDone.  A malformed
+ * order is a lying esid; an order this worker cannot carry out is answered
+ * with an error.
+ */
+
+static ngx_int_t
+ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
+    esi_wire_struct_t *root)
+{
+    size_t                 n;
+    uint16_t               which;
+    ngx_str_t              zone, *tag;
+    unsigned               ptr;
+    ngx_uint_t             i;
+    ngx_pool_t            *pool;
+    const char            *text;
+    ngx_shm_zone_t       **zones;
+    esi_wire_struct_t      purge;
+    ngx_http_esi_purge_t  *p;
+
+    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PURGE_ORDER_PTR, &purge)
+        != 0
+        || esi_wire_get_text(&purge, ESI_WIRE_PURGE_ZONE_PTR, &text, &n) != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: malformed purge order from esid");
+        return NGX_ERROR;
+    }
+
+    zone.data = (u_char *) text;
+    zone.len = n;
+
+    pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, d->log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_pcalloc(pool, sizeof(ngx_http_esi_purge_t));
+    if (p == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    p->pool = pool;
+    p->log = d->log;
+    p->order = order;
+
+    which = esi_wire_u16(&purge, ESI_WIRE_PURGE_WHICH_OFFSET);
+
+    switch (which) {
+
+    case ESI_WIRE_PURGE_KEY_PREFIX_WHICH:
+        p->kind = NGX_HTTP_ESI_PURGE_PREFIX;
+        ptr = ESI_WIRE_PURGE_KEY_PREFIX_PTR;
+        break;
+
+    case ESI_WIRE_PURGE_TAG_WHICH:
+        p->kind = NGX_HTTP_ESI_PURGE_TAG;
+        ptr = ESI_WIRE_PURGE_TAG_PTR;
+        break;
+
+    case ESI_WIRE_PURGE_KEY_WHICH:
+        p->kind = NGX_HTTP_ESI_PURGE_KEY;
+        ptr = ESI_WIRE_PURGE_KEY_PTR;
+        break;
+
+    default:
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: purge order %uD of unknown kind %ud",
+                      order, which);
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    /* the ring slot is released after this returns: keep copies */
+
+    if (esi_wire_get_text(&purge, ptr, &text, &n) != 0) {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: malformed purge order from esid");
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    p->key.len = n;
+    p->key.data = ngx_pnalloc(pool, n + 1);
+    if (p->key.data == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p->key.data, text, n);
+
+    if (p->kind == NGX_HTTP_ESI_PURGE_TAG) {
+        p->tags = ngx_array_create(pool, 1, sizeof(ngx_str_t));
+        if (p->tags == NULL) {
+            ngx_destroy_pool(pool);
+            return NGX_ERROR;
+        }
+
+        tag = ngx_array_push(p->tags);
+        *tag = p->key;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, d->log, 0,
+                  "esi: esid relays purge order %uD of \"%V\" in zone \"%V\"",
+                  order, &p->key, &zone);
+
+    zones = d->conf->purge_zones.elts;
+
+    for (i = 0; i < d->conf->purge_zones.nelts; i++) {
+        if (zones[i]->shm.name.len == zone.len
+            && ngx_strncmp(zones[i]->shm.name.data, zone.data, zone.len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == d->conf->purge_zones.nelts) {
+        ngx_str_set(&p->error, "this worker serves no such zone");
+        ngx_http_esi_purge_report(p);
+        return NGX_OK;
+    }
+
+    if (ngx_http_esi_purge_init(p, zones[i]) != NGX_OK
+        || ngx_http_esi_purge_send(p) != NGX_OK)
+    {
+        ngx_str_set(&p->error, "cannot ask esid");
+        ngx_http_esi_purge_report(p);
+    }
+
+    return NGX_OK;
 }
 
 
@@ -4089,7 +4273,7 @@ ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
                          esi_wire_blob(zone->len + 1)
                          + esi_wire_blob(value->len + 1));
 
-    buf = ngx_palloc(p->request->pool, need);
+    buf = ngx_palloc(p->pool, need);
     if (buf == NULL) {
         return NGX_ERROR;
     }
@@ -4117,7 +4301,7 @@ ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
         return NGX_ERROR;
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, p->request->connection->log, 0,
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, p->log, 0,
                    "esi purge %ui \"%V\"", p->node.key, value);
 
     if (ngx_http_esi_post(d, buf, need) != NGX_OK) {
@@ -4176,7 +4360,7 @@ ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
         err = ngx_errno;
 
         if (err != NGX_ENOENT) {
-            ngx_log_error(NGX_LOG_CRIT, p->request->connection->log, err,
+            ngx_log_error(NGX_LOG_CRIT, p->log, err,
                           ngx_delete_file_n " \"%s\" failed", p->name);
         }
 
@@ -4184,7 +4368,7 @@ ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
         unlinked = 1;
     }
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, p->request->connection->log, 0,
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, p->log, 0,
                    "esi purge file \"%s\" marked:%ui unlinked:%ui",
                    p->name, marked, unlinked);
 
@@ -4297,6 +4481,12 @@ ngx_http_esi_purge_finish_handler(ngx_event_t *ev)
 
     p = ev->data;
     r = p->request;
+
+    if (r == NULL) {
+        ngx_http_esi_purge_report(p);
+        return;
+    }
+
     c = r->connection;
 
     ngx_http_set_log_request(c->log, r);
@@ -4330,11 +4520,7 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
         p->status = p->count ? NGX_HTTP_OK : NGX_HTTP_NOT_FOUND;
     }
 
-    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "esi: %V purge of \"%V\": %ui file(s) removed%s%s%V",
-                  kind, &p->key, p->count,
-                  p->scanned ? ", zone directory read" : ", via variant index",
-                  p->error.len ? ", " : "", &p->error);
+    ngx_http_esi_purge_log(p);
 
     r->headers_out.status = p->status;
 
@@ -4442,6 +4628,78 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
     out.next = NULL;
 
     return ngx_http_output_filter(r, &out);
+}
+
+
+static void
+ngx_http_esi_purge_log(ngx_http_esi_purge_t *p)
+{
+    static ngx_str_t  kinds[] = {
+        ngx_string("exact"),
+        ngx_string("wildcard"),
+        ngx_string("tag")
+    };
+
+    ngx_log_error(NGX_LOG_INFO, p->log, 0,
+                  "esi: %V purge of \"%V\": %ui file(s) removed%s%s%V",
+                  &kinds[p->kind], &p->key, p->count,
+                  p->scanned ? ", zone directory read" : ", via variant index",
+                  p->error.len ? ", " : "", &p->error);
+}
+
+
+/* Request{purgeDone} for an order; the order's pool goes with it */
+
+static void
+ngx_http_esi_purge_report(ngx_http_esi_purge_t *p)
+{
+    size_t                  need;
+    u_char                 *buf;
+    esi_wire_out_t          req, done;
+    esi_wire_builder_t      b;
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
+
+    if (p->status == NGX_HTTP_SERVICE_UNAVAILABLE && p->error.len == 0) {
+        ngx_str_set(&p->error, "esid could not answer");
+    }
+
+    ngx_http_esi_purge_log(p);
+
+    need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                         + ESI_WIRE_REQUEST_POINTERS
+                         + ESI_WIRE_PURGE_DONE_DATA_WORDS
+                         + ESI_WIRE_PURGE_DONE_POINTERS,
+                         esi_wire_blob(p->error.len + 1));
+
+    buf = ngx_palloc(p->pool, need);
+
+    if (buf) {
+        esi_wire_builder_init(&b, buf, need);
+
+        (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
+                             ESI_WIRE_REQUEST_POINTERS, &req);
+        esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET, p->order);
+        esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
+                         ESI_WIRE_REQUEST_PURGE_DONE_WHICH);
+        (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_PURGE_DONE_PTR,
+                                   ESI_WIRE_PURGE_DONE_DATA_WORDS,
+                                   ESI_WIRE_PURGE_DONE_POINTERS, &done);
+        esi_wire_set_u64(&done, ESI_WIRE_PURGE_DONE_COUNT_OFFSET,
+                         (uint64_t) p->count);
+        esi_wire_set_bool(&done, ESI_WIRE_PURGE_DONE_SCANNED_BIT, p->scanned);
+        (void) esi_wire_set_text(&done, ESI_WIRE_PURGE_DONE_ERROR_PTR,
+                                 (const char *) p->error.data, p->error.len);
+
+        /* esid fails the order itself when the connection is gone */
+
+        if (esi_wire_finish(&b) == need) {
+            (void) ngx_http_esi_post(d, buf, need);
+        }
+    }
+
+    ngx_destroy_pool(p->pool);
 }
 
 

@@ -4,7 +4,7 @@ $Cxx.namespace("esi::wire");
 # The only definition of every message between the NGINX connector and esid.
 # Framing, ring layout and failure rules: proto/README.md.
 
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;
 
 # --- Unix socket ----------------------------------------------------------
 
@@ -51,6 +51,8 @@ struct Request {
     purge @7 :Purge;
     # Which files must go?  stream is the purge's id; answered by
     # Response.purged.
+    purgeDone @8 :PurgeDone;
+    # The worker carried out Response.purgeOrder; stream is the order's id.
   }
 }
 
@@ -60,6 +62,9 @@ struct Zone {
   # The zone's directory, absolute.
   indexBytes @2 :UInt64;
   # Memory for its variant index; 0: no index, every purge scans.
+  lostReports @3 :Bool;
+  # Since its last announcement the worker dropped a Stored report (esid
+  # was away, or the queue overflowed): esid's index of the zone is in doubt.
 }
 
 struct Stored {
@@ -99,6 +104,10 @@ struct Response {
     fail @2 :Text;
     # esid gave up on the stream; the worker applies esi_fallback.
     purged @3 :Purged;
+    purgeOrder @4 :Purge;
+    # esictl asked for a purge: the worker carries it out as it would an
+    # HTTP purge (asking Request.purge itself) and reports Request.purgeDone
+    # under the same stream, which numbers orders in esid's own id space.
   }
 }
 
@@ -112,6 +121,14 @@ struct Purged {
   more @3 :Bool;
   # Another Purged for the same purge follows: a long list is split so that
   # each message fits the ring.
+}
+
+struct PurgeDone {
+  count @0 :UInt64;
+  # Files removed.
+  scanned @1 :Bool;
+  error @2 :Text;
+  # Non-empty when the purge could not be carried out.
 }
 
 struct Splice {

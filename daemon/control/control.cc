@@ -3,15 +3,38 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 namespace esi {
 
-ControlAnswer Control::handle(std::string_view command,
-                              const PeerCredentials& peer) const {
+namespace {
+
+// Splits "WORD REST" at the first space; REST keeps its spaces.
+std::pair<std::string_view, std::string_view> firstWord(std::string_view line) {
+  const size_t space = line.find(' ');
+  if (space == std::string_view::npos) return {line, {}};
+  return {line.substr(0, space), line.substr(space + 1)};
+}
+
+}  // namespace
+
+void Control::handle(std::string_view command, const PeerCredentials& peer,
+                     const ControlAnswerFn& answer) {
   if (peer.uid != 0 && peer.uid != owner_) {
-    return {false, "permission denied: uid " + std::to_string(peer.uid) +
-                       " may not control esid"};
+    spdlog::warn("control: uid {} (pid {}) refused", peer.uid, peer.pid);
+    answer({false, "permission denied: uid " + std::to_string(peer.uid) +
+                       " may not control esid"});
+    return;
   }
+  if (command.substr(0, 6) == "purge ") {
+    spdlog::info("control: uid {} (pid {}) asks: {}", peer.uid, peer.pid, command);
+    purge(command.substr(6), answer);
+    return;
+  }
+  answer(query(command));
+}
+
+ControlAnswer Control::query(std::string_view command) const {
   if (command == "stats") {
     return {true, stats_.toJson().dump()};
   }
@@ -20,16 +43,48 @@ ControlAnswer Control::handle(std::string_view command,
   }
   // "variants ZONE KEY": the key is the rest of the line, spaces and all.
   if (command.substr(0, 9) == "variants ") {
-    const std::string_view rest = command.substr(9);
-    const size_t space = rest.find(' ');
-    if (space == std::string_view::npos) return {false, "usage: variants ZONE KEY"};
-    const nlohmann::json answer = purger_.variants(rest.substr(0, space), rest.substr(space + 1));
+    const auto [zone, key] = firstWord(command.substr(9));
+    if (key.empty()) return {false, "usage: variants ZONE KEY"};
+    const nlohmann::json answer = purger_.variants(zone, key);
     if (answer.is_null()) {
-      return {false, "no zone \"" + std::string(rest.substr(0, space)) + "\""};
+      return {false, "no zone \"" + std::string(zone) + "\""};
     }
     return {true, answer.dump()};
   }
   return {false, "unknown command \"" + std::string(command) + "\""};
+}
+
+// "purge ZONE key|prefix|tag VALUE": VALUE is the rest of the line.
+void Control::purge(std::string_view args, const ControlAnswerFn& answer) {
+  const auto [zone, rest] = firstWord(args);
+  const auto [kind, value] = firstWord(rest);
+  PurgeQuery query;
+  if (kind == "key") {
+    query.kind = PurgeQuery::Kind::kKey;
+  } else if (kind == "prefix") {
+    query.kind = PurgeQuery::Kind::kKeyPrefix;
+  } else if (kind == "tag") {
+    query.kind = PurgeQuery::Kind::kTag;
+  } else {
+    answer({false, "usage: purge ZONE key|prefix|tag VALUE"});
+    return;
+  }
+  if (zone.empty() || (value.empty() && query.kind != PurgeQuery::Kind::kKeyPrefix)) {
+    answer({false, "usage: purge ZONE key|prefix|tag VALUE"});
+    return;
+  }
+  query.zone = zone;
+  query.value = value;
+  nlohmann::json result = {{"zone", query.zone}, {"kind", std::string(kind)}, {"value", query.value}};
+  orders_.order(std::move(query), [answer, result](PurgeOrderOutcome outcome) mutable {
+    if (!outcome.error.empty()) {
+      answer({false, outcome.error});
+      return;
+    }
+    result["count"] = outcome.count;
+    result["scanned"] = outcome.scanned;
+    answer({true, result.dump()});
+  });
 }
 
 }  // namespace esi

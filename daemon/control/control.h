@@ -1,5 +1,6 @@
-// The control API behind `esictl`: one command in, one answer out.  Every
-// command checks the caller's credentials first.
+// The control API behind `esictl`: one command in, one answer out (a purge
+// answers once a worker carried it out).  Every command checks the caller's
+// credentials first.
 
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/stats.h"
+#include "transport/purge_orders.h"
 #include "transport/server.h"
 #include "variants/purger.h"
 
@@ -15,14 +17,20 @@ namespace esi {
 
 class Control {
  public:
-  Control(const Stats& stats, const Purger& purger, uid_t owner = geteuid())
-      : stats_(stats), purger_(purger), owner_(owner) {}
+  Control(const Stats& stats, const Purger& purger, PurgeOrders& orders,
+          uid_t owner = geteuid())
+      : stats_(stats), purger_(purger), orders_(orders), owner_(owner) {}
 
-  ControlAnswer handle(std::string_view command, const PeerCredentials& peer) const;
+  void handle(std::string_view command, const PeerCredentials& peer,
+              const ControlAnswerFn& answer);
 
  private:
+  ControlAnswer query(std::string_view command) const;
+  void purge(std::string_view args, const ControlAnswerFn& answer);
+
   const Stats& stats_;
   const Purger& purger_;
+  PurgeOrders& orders_;
   const uid_t owner_;  // besides root, the only user allowed
 };
 

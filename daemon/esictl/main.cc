@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -55,13 +56,23 @@ std::string socketGroup(const std::string& path) {
   return "gid " + std::to_string(st.st_gid);
 }
 
-// Reads until EOF, waiting at most kAnswerTimeoutMs for each piece.
-std::vector<char> readAll(int fd, const std::string& socketPath) {
+// Called every kTickMs while a command without a time limit runs.
+using Tick = std::function<void()>;
+constexpr int kTickMs = 250;
+
+// Reads until EOF, waiting at most kAnswerTimeoutMs for each piece; with a
+// tick, as long as esid takes (a purge is bounded by the worker's
+// esi_purge_timeout, after which esid answers with an error).
+std::vector<char> readAll(int fd, const std::string& socketPath, const Tick& tick) {
   std::vector<char> bytes;
   char buffer[4096];
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    const int ready = poll(&p, 1, kAnswerTimeoutMs);
+    const int ready = poll(&p, 1, tick ? kTickMs : kAnswerTimeoutMs);
+    if (ready == 0 && tick) {
+      tick();
+      continue;
+    }
     if (ready == 0) {
       throw Failure("esid at " + socketPath + " did not answer within " +
                     std::to_string(kAnswerTimeoutMs / 1000) +
@@ -83,7 +94,8 @@ std::vector<char> readAll(int fd, const std::string& socketPath) {
 }
 
 // Sends one control command and returns esid's JSON answer.
-nlohmann::json ask(const std::string& socketPath, const std::string& command) {
+nlohmann::json ask(const std::string& socketPath, const std::string& command,
+                   const Tick& tick = nullptr) {
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw Failure(std::string("socket: ") + std::strerror(errno));
   kj::AutoCloseFd owned(fd);
@@ -117,7 +129,7 @@ nlohmann::json ask(const std::string& socketPath, const std::string& command) {
                   e.getDescription().cStr());
   }
 
-  const std::vector<char> bytes = readAll(fd, socketPath);
+  const std::vector<char> bytes = readAll(fd, socketPath, tick);
   if (bytes.empty()) {
     throw Failure("esid at " + socketPath + " closed the connection without answering");
   }
@@ -431,10 +443,72 @@ int variants(const std::string& socketPath, const std::string& zone, const std::
   return 0;
 }
 
+// While a purge waits for a scan of its zone, a bar on a terminal's stderr:
+// the share of the zone's first-level directories walked, and files read.
+class ScanProgressBar {
+ public:
+  ScanProgressBar(std::string socketPath, std::string zone)
+      : socketPath_(std::move(socketPath)), zone_(std::move(zone)),
+        enabled_(isatty(STDERR_FILENO)) {}
+  ~ScanProgressBar() {
+    if (drawn_) std::fputs("\r\x1b[K", stderr);
+  }
+  ScanProgressBar(const ScanProgressBar&) = delete;
+  ScanProgressBar& operator=(const ScanProgressBar&) = delete;
+
+  void update() {
+    if (!enabled_) return;
+    nlohmann::json zones;
+    try {
+      zones = ask(socketPath_, "zones");
+    } catch (const Failure&) {
+      return;  // the purge's own answer says what went wrong
+    }
+    const auto it = zones.find(zone_);
+    if (it == zones.end() || !(*it)["scanning"].get<bool>()) return;
+    const auto dirs = (*it)["scan_dirs"].get<unsigned long long>();
+    const auto entered = (*it)["scan_dirs_entered"].get<unsigned long long>();
+    const double done = dirs ? std::min(1.0, static_cast<double>(entered ? entered - 1 : 0) /
+                                                 static_cast<double>(dirs))
+                             : 0.0;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(done * kWidth);
+    std::fprintf(stderr, "\r\x1b[Kscanning %s [%s%s] %3.0f%%, %llu files read", zone_.c_str(),
+                 std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), done * 100,
+                 (*it)["scan_files_read"].get<unsigned long long>());
+    drawn_ = true;
+  }
+
+ private:
+  const std::string socketPath_;
+  const std::string zone_;
+  const bool enabled_;
+  bool drawn_ = false;
+};
+
+// Has a live NGINX worker purge a key (with every Vary variant), a prefix or
+// a tag, exactly as an HTTP purge would: esid relays the order.
+int purge(const std::string& socketPath, const std::string& zone, const std::string& kind,
+          const std::string& value, bool json) {
+  ScanProgressBar bar(socketPath, zone);
+  const nlohmann::json body =
+      ask(socketPath, "purge " + zone + " " + kind + " " + value, [&bar] { bar.update(); });
+  if (json) {
+    std::printf("%s\n", body.dump().c_str());
+    return 0;
+  }
+  const char* what = kind == "key" ? "exact" : kind == "prefix" ? "wildcard" : "tag";
+  std::printf("%s purge of \"%s\" in %s: %llu file(s) removed, %s\n", what, value.c_str(),
+              zone.c_str(), body["count"].get<unsigned long long>(),
+              body["scanned"].get<bool>() ? "zone directory read" : "via variant index");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"esictl: inspect a running esid"};
+  CLI::App app{"esictl: inspect a running esid, purge through it"};
   std::string socketPath = "/run/esid/esid.sock";
   app.add_option("--socket", socketPath, "esid's Unix socket")->capture_default_str();
   app.set_version_flag("--version", "esictl " ESI_VERSION);
@@ -470,12 +544,29 @@ int main(int argc, char** argv) {
   variantsCommand->add_option("key", variantsKey, "cache key, as proxy_cache_key makes it")
       ->required();
   variantsCommand->add_flag("--json", variantsJson, "Print one JSON object");
+  auto* purgeCommand = app.add_subcommand(
+      "purge", "Purge a key and every Vary variant of it (or a prefix, or a tag) through NGINX");
+  std::string purgeZone, purgeValue;
+  bool purgePrefix = false, purgeTag = false, purgeJson = false;
+  purgeCommand->add_option("zone", purgeZone, "proxy_cache zone name")->required();
+  purgeCommand->add_option("key", purgeValue, "cache key, as proxy_cache_key makes it (or the "
+                                              "prefix, or the tag)")
+      ->required();
+  auto* prefixFlag = purgeCommand->add_flag("--prefix", purgePrefix,
+                                            "Purge every key starting with KEY");
+  purgeCommand->add_flag("--tag", purgeTag, "Purge every object tagged KEY (Surrogate-Key, xkey)")
+      ->excludes(prefixFlag);
+  purgeCommand->add_flag("--json", purgeJson, "Print one JSON object");
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (*statsCommand) return stats(socketPath, json, prometheus);
     if (*zonesCommand) return zones(socketPath, zonesJson);
     if (*variantsCommand) return variants(socketPath, variantsZone, variantsKey, variantsJson);
+    if (*purgeCommand) {
+      return purge(socketPath, purgeZone, purgeTag ? "tag" : purgePrefix ? "prefix" : "key",
+                   purgeValue, purgeJson);
+    }
     if (*topCommand) return top(socketPath, once ? 1 : iterations, interval);
   } catch (const Failure& e) {
     return fail(e.what());

@@ -149,10 +149,12 @@ int main(int argc, char** argv) {
   uv_loop_t* loop = uv_default_loop();
   esi::Stats stats;
   esi::Purger purger(loop);
-  esi::Control control(stats, purger);
-  esi::Server server(loop, options, stats, purger,
-                     [&control](std::string_view command, const esi::PeerCredentials& peer) {
-                       return control.handle(command, peer);
+  esi::PurgeOrders orders;
+  esi::Control control(stats, purger, orders);
+  esi::Server server(loop, options, stats, purger, orders,
+                     [&control](std::string_view command, const esi::PeerCredentials& peer,
+                                const esi::ControlAnswerFn& answer) {
+                       control.handle(command, peer, answer);
                      });
   try {
     server.listen();

@@ -94,6 +94,7 @@ class Server::Client {
     auto* self = static_cast<Client*>(stream->data);
     if (nread < 0) {
       if (nread != UV_EOF) spdlog::debug("client: {}", uv_strerror(static_cast<int>(nread)));
+      if (self->session_) self->session_->drainReports();
       self->close();
       return;
     }
@@ -156,7 +157,7 @@ class Server::Client {
     try {
       session_ = std::make_shared<WorkerSession>(
           server_.loop_, fd, server_.options_.ringSize, server_.stats_,
-          server_.purger_, [this](std::string_view) { close(); });
+          server_.purger_, server_.orders_, [this](std::string_view) { close(); });
     } catch (const std::exception& e) {
       spdlog::error("cannot set up rings for a worker: {}", e.what());
       close();
@@ -175,11 +176,19 @@ class Server::Client {
     uv_fileno(reinterpret_cast<uv_handle_t*>(pipe_), &fd);
     ucred cred{};
     socklen_t len = sizeof(cred);
-    ControlAnswer answer{false, "cannot read peer credentials"};
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-      answer = server_.control_(command, PeerCredentials{cred.pid, cred.uid, cred.gid});
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      reply(ControlAnswer{false, "cannot read peer credentials"});
+      return;
     }
+    std::weak_ptr<Client*> alive = alive_;
+    server_.control_(command, PeerCredentials{cred.pid, cred.uid, cred.gid},
+                     [alive](ControlAnswer answer) {
+                       if (auto self = alive.lock()) (*self)->reply(answer);
+                     });
+  }
 
+  void reply(const ControlAnswer& answer) {
+    if (closing_) return;
     capnp::MallocMessageBuilder message;
     auto reply = message.initRoot<wire::ControlReply>();
     reply.setOk(answer.ok);
@@ -199,14 +208,16 @@ class Server::Client {
   char readBuffer_[4096];
   std::vector<char> inbox_;
   std::shared_ptr<WorkerSession> session_;
+  // A late control answer finds the client through this, or finds it gone.
+  std::shared_ptr<Client*> alive_ = std::make_shared<Client*>(this);
   kj::Array<capnp::word> reply_;
   uv_write_t write_;
 };
 
 Server::Server(uv_loop_t* loop, ServerOptions options, Stats& stats,
-               Purger& purger, ControlHandler control)
+               Purger& purger, PurgeOrders& orders, ControlHandler control)
     : loop_(loop), options_(std::move(options)), stats_(stats), purger_(purger),
-      control_(std::move(control)) {}
+      orders_(orders), control_(std::move(control)) {}
 
 Server::~Server() { close(); }
 

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "engine/stats.h"
+#include "transport/purge_orders.h"
 #include "variants/purger.h"
 
 namespace esi {
@@ -30,8 +31,11 @@ struct ControlAnswer {
   std::string body;
 };
 
-using ControlHandler =
-    std::function<ControlAnswer(std::string_view command, const PeerCredentials&)>;
+// Answers a control command, at once or later (a purge waits for a worker);
+// answer must be called exactly once, and may be after the client left.
+using ControlAnswerFn = std::function<void(ControlAnswer)>;
+using ControlHandler = std::function<void(std::string_view command, const PeerCredentials&,
+                                          ControlAnswerFn answer)>;
 
 struct ServerOptions {
   std::string socketPath;  // ignored when systemd passed a socket
@@ -41,7 +45,7 @@ struct ServerOptions {
 class Server {
  public:
   Server(uv_loop_t* loop, ServerOptions options, Stats& stats, Purger& purger,
-         ControlHandler control);
+         PurgeOrders& orders, ControlHandler control);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -66,6 +70,7 @@ class Server {
   ServerOptions options_;
   Stats& stats_;
   Purger& purger_;
+  PurgeOrders& orders_;
   ControlHandler control_;
   uv_pipe_t* listener_ = nullptr;
   bool ownsPath_ = false;

@@ -219,7 +219,7 @@ class WorkerSessionTest : public ::testing::Test {
     ASSERT_EQ(uv_loop_init(&loop_), 0);
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets_), 0);
     session_ = std::make_shared<WorkerSession>(
-        &loop_, sockets_[0], 256 * 1024, stats_, purger_,
+        &loop_, sockets_[0], 256 * 1024, stats_, purger_, orders_,
         [this](std::string_view reason) { fatal_ = std::string(reason); });
     ASSERT_TRUE(session_->start());
     worker_ = std::make_unique<TestWorker>(sockets_[1]);
@@ -263,6 +263,7 @@ class WorkerSessionTest : public ::testing::Test {
   int sockets_[2];
   Stats stats_;
   Purger purger_{&loop_};
+  PurgeOrders orders_;
   std::optional<std::string> fatal_;
   std::shared_ptr<WorkerSession> session_;
   std::unique_ptr<TestWorker> worker_;

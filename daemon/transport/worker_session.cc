@@ -53,8 +53,10 @@ size_t instructionBytes(const Instruction& instruction) {
 }  // namespace
 
 WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
-                             Stats& stats, Purger& purger, FatalHandler onFatal)
-    : socketFd_(socketFd), stats_(stats), purger_(purger), onFatal_(std::move(onFatal)),
+                             Stats& stats, Purger& purger, PurgeOrders& orders,
+                             FatalHandler onFatal)
+    : socketFd_(socketFd), stats_(stats), purger_(purger), orders_(orders),
+      onFatal_(std::move(onFatal)),
       rings_(ringSize), poll_(new uv_poll_t) {
   uv_poll_init(loop, poll_, rings_.daemonEventfd());
   poll_->data = this;
@@ -68,7 +70,10 @@ WorkerSession::~WorkerSession() {
            [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
   stats_.activeStreams -= streams_.size();
   --stats_.activeConnections;
-  for (const std::string& zone : zones_) purger_.connectionEnded(zone);
+  orders_.withdraw(this);
+  if (!reportsDrained_) {
+    for (const std::string& zone : zones_) purger_.connectionEnded(zone);
+  }
 }
 
 bool WorkerSession::start() {
@@ -107,6 +112,51 @@ void WorkerSession::shutdown() {
   if (stopped_) return;
   stopped_ = true;
   uv_poll_stop(poll_);
+}
+
+void WorkerSession::drainReports() {
+  if (stopped_) return;  // a violation: what is left in the ring is suspect
+  stopped_ = true;
+  uv_poll_stop(poll_);
+  // The ring holds at most ringSize bytes, so this ends.
+  for (;;) {
+    const uint8_t* payload;
+    uint32_t length;
+    switch (esi_ring_peek(&rings_.requests(), &payload, &length)) {
+      case ESI_RING_EMPTY:
+        reportsDrained_ = true;
+        return;
+      case ESI_RING_CORRUPT:
+        spdlog::warn("worker connection: corrupt ring after the worker left");
+        return;
+      case ESI_RING_OK:
+        break;
+    }
+    if (!handleRequest(payload, length, true)) return;
+    esi_ring_release(&rings_.requests());
+  }
+}
+
+bool WorkerSession::takePurgeOrder(uint32_t order, const PurgeQuery& query) {
+  if (stopped_ || pending_.size() >= kMaxPendingAnswers) return false;
+  capnp::MallocMessageBuilder message;
+  auto response = message.initRoot<wire::Response>();
+  response.setStream(order);
+  auto purge = response.initPurgeOrder();
+  purge.setZone(query.zone);
+  switch (query.kind) {
+    case PurgeQuery::Kind::kKey:
+      purge.setKey(query.value);
+      break;
+    case PurgeQuery::Kind::kKeyPrefix:
+      purge.setKeyPrefix(query.value);
+      break;
+    case PurgeQuery::Kind::kTag:
+      purge.setTag(query.value);
+      break;
+  }
+  send(message);
+  return !stopped_;
 }
 
 void WorkerSession::onPoll(uv_poll_t* handle, int status, int) {
@@ -160,7 +210,8 @@ bool WorkerSession::drainRequests(size_t& turn) {
   return !stopped_;
 }
 
-bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length) {
+bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length,
+                                  bool reportsOnly) {
   if (length % sizeof(capnp::word) != 0) {
     violation("request length is not a whole number of words");
     return false;
@@ -174,6 +225,17 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length) {
     capnp::FlatArrayMessageReader reader(words, options);
     auto request = reader.getRoot<wire::Request>();
     const uint32_t id = request.getStream();
+
+    if (reportsOnly) {
+      switch (request.which()) {
+        case wire::Request::ZONE:
+          return handleZone(request.getZone());
+        case wire::Request::STORED:
+          return handleStored(request.getStored());
+        default:
+          return true;
+      }
+    }
 
     switch (request.which()) {
       case wire::Request::OPEN: {
@@ -233,6 +295,8 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length) {
         return handleStored(request.getStored());
       case wire::Request::PURGE:
         return handlePurge(id, request.getPurge());
+      case wire::Request::PURGE_DONE:
+        return handlePurgeDone(id, request.getPurgeDone());
     }
     violation("unknown request");
     return false;
@@ -251,8 +315,22 @@ bool WorkerSession::handleZone(wire::Zone::Reader zone) {
     return false;
   }
   purger_.announce(std::string_view(name.cStr(), name.size()),
-                   std::string_view(path.cStr(), path.size()), zone.getIndexBytes());
+                   std::string_view(path.cStr(), path.size()), zone.getIndexBytes(),
+                   zone.getLostReports());
   zones_.emplace(name.cStr(), name.size());
+  if (!stopped_) orders_.serves(std::string_view(name.cStr(), name.size()), this);
+  return true;
+}
+
+bool WorkerSession::handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done) {
+  auto error = done.getError();
+  if (tooLong(error, kMaxOpenFieldBytes)) {
+    violation("purgeDone: error too long");
+    return false;
+  }
+  orders_.done(this, order,
+               PurgeOrderOutcome{done.getCount(), done.getScanned(),
+                                 std::string(error.cStr(), error.size())});
   return true;
 }
 

@@ -20,20 +20,22 @@
 #include "engine/stats.h"
 #include "engine/stream.h"
 #include "esi.capnp.h"
+#include "transport/purge_orders.h"
 #include "transport/shared_rings.h"
 #include "variants/purger.h"
 
 namespace esi {
 
-class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
+class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
+                      public PurgeOrderTaker {
  public:
   // Called when the session must end: a protocol violation or a broken ring.
   using FatalHandler = std::function<void(std::string_view reason)>;
 
   // Throws std::system_error when the rings cannot be created.
   WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize, Stats& stats,
-                Purger& purger, FatalHandler onFatal);
-  ~WorkerSession();
+                Purger& purger, PurgeOrders& orders, FatalHandler onFatal);
+  ~WorkerSession() override;
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;
 
@@ -44,6 +46,12 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
   // Stops serving; the session may be destroyed afterwards.
   void shutdown();
 
+  // The worker's end of the socket closed.  Cache reports it wrote before
+  // are still in the ring: read them, so that the zone's index stays sure.
+  void drainReports();
+
+  bool takePurgeOrder(uint32_t order, const PurgeQuery& query) override;
+
  private:
   struct StreamEntry {
     std::unique_ptr<Stream> stream;
@@ -53,8 +61,10 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
   static void onPoll(uv_poll_t* handle, int status, int events);
   void serve();
   bool drainRequests(size_t& turn);
-  bool handleRequest(const uint8_t* payload, uint32_t length);
+  // reportsOnly: the stream is over; only zone and stored records count.
+  bool handleRequest(const uint8_t* payload, uint32_t length, bool reportsOnly = false);
   bool handleZone(wire::Zone::Reader zone);
+  bool handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done);
   bool handleStored(wire::Stored::Reader stored);
   bool handlePurge(uint32_t id, wire::Purge::Reader purge);
   void sendPurged(uint32_t id, const PurgeOutcome& outcome);
@@ -66,14 +76,17 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
   const int socketFd_;
   Stats& stats_;
   Purger& purger_;
+  PurgeOrders& orders_;
   FatalHandler onFatal_;
   SharedRings rings_;
   uv_poll_t* poll_;
   bool stopped_ = false;
   std::unordered_map<uint32_t, StreamEntry> streams_;
   std::deque<kj::Array<capnp::word>> pending_;
-  // Zones this worker announced: their indexes are in doubt when it goes.
+  // Zones this worker announced: their indexes are in doubt when it goes
+  // with reports unread.
   std::set<std::string, std::less<>> zones_;
+  bool reportsDrained_ = false;
 };
 
 }  // namespace esi

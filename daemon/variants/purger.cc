@@ -15,15 +15,19 @@ void Purger::close() {
   }
 }
 
-void Purger::announce(std::string_view name, std::string_view path, uint64_t indexBytes) {
+void Purger::announce(std::string_view name, std::string_view path, uint64_t indexBytes,
+                      bool lostReports) {
   auto it = zones_.find(name);
   if (it != zones_.end()) {
     if (it->second.path != path) {
       spdlog::warn("zone {}: announced at {} and at {}; keeping the first",
                    name, it->second.path, path);
     }
-    spdlog::info("zone {}: announced again; its next purge reads the directory", name);
-    it->second.index->doubtAll();
+    if (lostReports) {
+      spdlog::info("zone {}: a worker lost cache reports; its next purge reads the directory",
+                   name);
+      it->second.index->doubtAll();
+    }
     return;
   }
   Zone& zone = zones_[std::string(name)];
@@ -37,7 +41,8 @@ void Purger::announce(std::string_view name, std::string_view path, uint64_t ind
 void Purger::connectionEnded(std::string_view name) {
   auto it = zones_.find(name);
   if (it == zones_.end()) return;
-  spdlog::info("zone {}: a worker's connection ended; its next purge reads the directory", name);
+  spdlog::info("zone {}: a worker's connection ended with reports unread; its next purge "
+               "reads the directory", name);
   it->second.index->doubtAll();
 }
 
@@ -182,6 +187,8 @@ nlohmann::json Purger::zones() const {
                  {"complete", s.complete},
                  {"scanning", zone.scan != nullptr},
                  {"scan_files_read", zone.scan ? zone.scan->progress.files.load() : 0},
+                 {"scan_dirs", zone.scan ? zone.scan->progress.dirs.load() : 0},
+                 {"scan_dirs_entered", zone.scan ? zone.scan->progress.dirsEntered.load() : 0},
                  {"scans", zone.scansDone},
                  {"purges", zone.purges},
                  {"last_scan_error", zone.lastError}};

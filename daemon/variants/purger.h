@@ -46,12 +46,13 @@ class Purger {
 
   // A worker serves this zone.  The first announcement starts a scan that
   // builds its index, as NGINX's cache loader does after a restart.
-  // Announcing a known zone again puts its index in doubt: the worker may
-  // have stored files while it was not connected.
-  void announce(std::string_view zone, std::string_view path, uint64_t indexBytes);
+  // lostReports: the worker dropped reports of files it stored (while esid
+  // was away, say), so the index of a known zone is in doubt.
+  void announce(std::string_view zone, std::string_view path, uint64_t indexBytes,
+                bool lostReports);
 
-  // A worker's connection that announced the zone ended: reports it wrote
-  // but esid never read are lost, so the index is in doubt.
+  // A worker's connection that announced the zone ended with reports esid
+  // could not read: the index is in doubt.
   void connectionEnded(std::string_view zone);
 
   // NGINX stored or served a file of the zone.

@@ -52,6 +52,12 @@ ScanResult scanZone(const std::string& path, ScanProgress& progress) {
   namespace fs = std::filesystem;
   ScanResult result;
   std::error_code ec;
+  uint64_t dirs = 0;
+  for (fs::directory_iterator top(path, ec); !ec && top != fs::directory_iterator();
+       top.increment(ec)) {
+    if (top->is_directory(ec)) ++dirs;
+  }
+  progress.dirs.store(dirs, std::memory_order_relaxed);
   fs::recursive_directory_iterator it(path, fs::directory_options::none, ec);
   if (ec) {
     result.error = "cannot read " + path + ": " + ec.message();
@@ -72,7 +78,12 @@ ScanResult scanZone(const std::string& path, ScanProgress& progress) {
       it.disable_recursion_pending();
       continue;
     }
-    if (!it->is_regular_file(ec)) continue;
+    if (!it->is_regular_file(ec)) {
+      if (it.depth() == 0 && it->is_directory(ec)) {
+        progress.dirsEntered.fetch_add(1, std::memory_order_relaxed);
+      }
+      continue;
+    }
     const std::string name = it->path().filename().string();
     const auto fileMd5 = md5FromHex(name);
     if (!fileMd5) continue;  // temporary files and strangers

@@ -16,6 +16,10 @@ namespace esi {
 
 struct ScanProgress {
   std::atomic<uint64_t> files{0};
+  // The zone's first-level directories, and how many the walk has entered:
+  // a coarse measure of how far it is (esictl's progress bar).
+  std::atomic<uint64_t> dirs{0};
+  std::atomic<uint64_t> dirsEntered{0};
   std::atomic<bool> cancel{false};
 };
 

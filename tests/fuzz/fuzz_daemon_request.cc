@@ -99,7 +99,7 @@ class Connection {
     // Shared, as esid's server holds it: a late Purged answer finds the
     // session through a weak pointer.
     session_ = std::make_shared<WorkerSession>(
-        loop, sockets_[0], kRingSize, stats, purger,
+        loop, sockets_[0], kRingSize, stats, purger, orders_,
         [this](std::string_view) { fatal_ = true; });
     FUZZ_CHECK(session_->start());
     receiveWelcome();
@@ -302,6 +302,7 @@ class Connection {
 
   uv_loop_t* const loop_;
   int sockets_[2] = {-1, -1};
+  PurgeOrders orders_;  // before the session, which withdraws from it
   std::shared_ptr<WorkerSession> session_;
   bool fatal_ = false;
   int fds_[3] = {-1, -1, -1};  // memfd, worker eventfd, daemon eventfd
@@ -381,7 +382,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (freshSession || zones) tearDown();
   if (purger == nullptr) purger = std::make_unique<Purger>(&loop);
   if (zones) {
-    purger->announce("fuzz", scratchZone, 1 << 20);
+    purger->announce("fuzz", scratchZone, 1 << 20, false);
     while (scanning(*purger)) uv_run(&loop, UV_RUN_ONCE);
   }
   if (connection == nullptr) {

@@ -6,6 +6,8 @@ then a HIT).  esid finds the files; the worker marks and unlinks them."""
 
 import json
 import os
+import signal
+import threading
 import unittest
 
 from harness import EsiTestCase, poll
@@ -25,6 +27,20 @@ SEPARATE_LOCATION = """
             esi_cache_purge zone=pages key=$1$is_args$args;
         }
 """
+
+
+def cached_location(prefix, zone):
+    """A location caching in `zone` without ESI, purged by PURGE."""
+    return """
+        location %s {
+            proxy_pass http://127.0.0.1:@@ORIGIN@@;
+            proxy_cache %s;
+            proxy_cache_valid 200 10m;
+            proxy_cache_key $uri$is_args$args;
+            add_header X-Cache-Status $upstream_cache_status;
+            esi_cache_purge PURGE from 127.0.0.1;
+        }
+""" % (prefix, zone)
 
 
 class PurgeTestCase(EsiTestCase):
@@ -232,6 +248,15 @@ class TagTest(PurgeTestCase):
                           200, "tag; count=4")
         self.assertEqual(self.cache_files(), [])
 
+    def test_esictl_purge_by_tag_removes_it_across_keys(self):
+        self.store()
+        r = self.esictl("purge", "pages", "p1", "--tag", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertEqual(json.loads(r.stdout)["count"], 3)
+        self.assertEqual(len(self.cache_files()), 1)
+        self.assertEqual(self.cache_status("/t/2"), "MISS")
+        self.assertEqual(self.cache_status("/t/3"), "HIT")
+
     def test_unknown_tag_is_404(self):
         self.store()
         self.assertPurged(self.purge("/t/1", {"Surrogate-Key": "nope"}),
@@ -327,20 +352,10 @@ class TwoWorkersTest(PurgeTestCase):
 class RingFullTest(PurgeTestCase):
     """Reports that find the ring full wait in order, ahead of the purge."""
     ESID_ARGS = ("--log-level", "debug", "--ring-size", str(256 * 1024))
-    LOCATIONS = """
-        location /nc/ {
-            proxy_pass http://127.0.0.1:@@ORIGIN@@;
-            proxy_cache pages;
-            proxy_cache_valid 200 10m;
-            proxy_cache_key $uri$is_args$args;
-            add_header X-Cache-Status $upstream_cache_status;
-            esi_cache_purge PURGE from 127.0.0.1;
-        }
-"""
+    LOCATIONS = cached_location("/nc/", "pages")
     COUNT = 400  # reports of about 1 KB each: more than the ring holds
 
     def test_every_report_reaches_esid_after_it_stalls(self):
-        import signal
         self.origin.prefix("/nc/", "nc")
         self.start()
         self.assertTrue(poll(lambda: "files indexed" in self.esid.stderr(),
@@ -353,11 +368,252 @@ class RingFullTest(PurgeTestCase):
                     "/nc/%d?pad=%s" % (i, pad)), "MISS")
         finally:
             self.esid.signal(signal.SIGCONT)
-        self.assertEqual(len(self.cache_files()), self.COUNT)
+        # nginx renames the last file into place after the response went out
+        self.assertTrue(poll(lambda: len(self.cache_files()) == self.COUNT))
         self.assertPurged(self.purge("/nc/*"), 200,
                           "wildcard; count=%d" % self.COUNT)
         self.assertEqual(self.cache_files(), [])
         self.assertIn("via variant index", self.error_log())
+
+
+class EsictlPurgeTest(PurgeTestCase):
+    """esictl purge: esid relays the order to a worker, which purges as an
+    HTTP purge would (keys_zone marked, files unlinked)."""
+    WORKERS = 2
+
+    def test_purge_removes_every_vary_variant_and_the_next_request_misses(
+            self):
+        self.store_two_variants()
+        r = self.esictl("purge", "pages", "/v")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn(b'exact purge of "/v" in pages: 2 file(s) removed',
+                      r.stdout)
+        self.assertEqual(self.cache_files(), [])
+        self.assertEqual(self.cache_status("/v", "a"), "MISS")
+        self.assertEqual(self.cache_status("/v", "b"), "MISS")
+        self.assertIn('esi: esid relays purge order', self.error_log())
+
+    def test_json_answer_says_what_was_done(self):
+        self.store_two_variants()
+        r = self.esictl("purge", "pages", "/v", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        answer = json.loads(r.stdout)
+        self.assertEqual((answer["zone"], answer["kind"], answer["value"],
+                          answer["count"]), ("pages", "key", "/v", 2))
+        r = self.esictl("purge", "pages", "/v", "--json")
+        self.assertEqual(json.loads(r.stdout)["count"], 0)
+
+    def test_prefix_removes_keys_with_the_prefix_only(self):
+        for path in ("/p/1", "/p/2", "/q"):
+            self.origin.route(path, path)
+            self.assertEqual(self.cache_status(path), "MISS")
+        r = self.esictl("purge", "pages", "/p/", "--prefix")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn(b"2 file(s) removed", r.stdout)
+        self.assertEqual(self.cache_status("/q"), "HIT")
+        self.assertEqual(self.cache_status("/p/1"), "MISS")
+
+    def test_unknown_zone_is_an_error(self):
+        self.start()
+        r = self.esictl("purge", "nosuchzone", "/v")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b'no connected NGINX worker serves zone "nosuchzone"',
+                      r.stderr)
+
+
+class EsictlPurgeWithoutWorkersTest(PurgeTestCase):
+
+    def test_purge_without_nginx_is_an_error_not_a_hang(self):
+        self.start_esid()
+        r = self.esictl("purge", "pages", "/v")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"no connected NGINX worker", r.stderr)
+
+
+class WorkerServesDuringPurgeTest(PurgeTestCase):
+    """A purge waiting for esid (stopped here, as if scanning a huge zone)
+    leaves its worker free: other requests on the only worker are served
+    meanwhile, and the purge completes once esid answers."""
+    SERVER = """
+        location = /status {
+            stub_status;
+        }
+"""
+
+    def requests_in_progress(self):
+        status, _, body = self.get("/status")
+        self.assertEqual(status, 200)
+        # "Reading: 0 Writing: 2 Waiting: 0": the status request is one
+        return int(body.split(b"Writing: ")[1].split()[0]) - 1
+
+    def test_requests_are_served_while_a_purge_waits(self):
+        self.store_two_variants()
+        self.origin.route("/other", "other", content_type="text/plain")
+        self.assertEqual(self.cache_status("/other"), "MISS")
+        self.esid.signal(signal.SIGSTOP)
+        result = {}
+        purge = threading.Thread(
+            target=lambda: result.update(r=self.purge("/v")))
+        try:
+            purge.start()
+            self.assertTrue(poll(lambda: self.requests_in_progress() == 1),
+                            "the purge never reached the worker")
+            for _ in range(20):
+                self.assertEqual(self.cache_status("/other"), "HIT")
+            self.assertTrue(purge.is_alive(),
+                            "the purge finished while esid was stopped")
+            self.assertEqual(self.requests_in_progress(), 1)
+        finally:
+            self.esid.signal(signal.SIGCONT)
+            purge.join()
+        self.assertPurged(result["r"], 200, "exact; count=2")
+
+
+class ConcurrentPurgeTest(PurgeTestCase):
+    """Purges and requests of the same key at once, on two workers: every
+    request answers, the keys_zone stays consistent (a final purge leaves
+    no file and the next request is a MISS, then a HIT)."""
+    WORKERS = 2
+
+    def test_purges_and_requests_of_one_key_interleave_safely(self):
+        self.origin.route("/c", "c", headers=VARY)
+        errors = []
+
+        def requests():
+            for i in range(60):
+                status, _, _ = self.get("/c", {"X-Variant": "v%d" % (i % 3)})
+                if status != 200:
+                    errors.append(status)
+
+        def purges():
+            for _ in range(30):
+                r = self.purge("/c")
+                if r.status not in (200, 404):
+                    errors.append(r.status)
+
+        self.start()
+        threads = [threading.Thread(target=f)
+                   for f in (requests, requests, purges, purges)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
+        # nginx renames a file into place just after its response went out:
+        # purge until a purge finds nothing left, which an inconsistent
+        # keys_zone or index would never let happen
+        def purged_all():
+            return self.purge("/c").status == 404 and not self.cache_files()
+
+        self.assertTrue(poll(purged_all))
+        self.assertEqual(self.cache_status("/c", "v0"), "MISS")
+        self.assertEqual(self.cache_status("/c", "v0"), "HIT")
+        self.assertNotIn("[alert]", self.error_log())
+        self.assertNotIn("[crit]", self.error_log())
+
+
+class TooManyVariantsTest(PurgeTestCase):
+    """An index entry over 64 variants is dropped: that key's next purge
+    reads the directory, and still finds every variant."""
+
+    def indexed(self):
+        return poll(lambda: "files indexed" in self.esid.stderr(), bound=20.0)
+
+    def store_variants(self, path, count):
+        self.origin.route(path, "many", headers=VARY)
+        for i in range(count):
+            self.assertEqual(self.cache_status(path, "v%d" % i), "MISS")
+
+    def test_64_variants_stay_indexed(self):
+        self.start()
+        self.assertTrue(self.indexed())
+        self.store_variants("/m", 64)
+        self.assertPurged(self.purge("/m"), 200, "exact; count=64")
+        self.assertIn('exact purge of "/m": 64 file(s) removed, '
+                      'via variant index', self.error_log())
+
+    def test_65th_variant_drops_the_entry_and_the_purge_scans(self):
+        self.start()
+        self.assertTrue(self.indexed())
+        self.store_variants("/m", 65)
+        self.assertPurged(self.purge("/m"), 200, "exact; count=65")
+        self.assertIn('exact purge of "/m": 65 file(s) removed, '
+                      'zone directory read', self.error_log())
+        self.assertEqual(self.cache_files(), [])
+
+
+class EvictedUnderTheIndexTest(PurgeTestCase):
+    """NGINX's cache manager removes inactive files without telling esid;
+    a purge of the key then names files that are gone: skipped, 404."""
+    HTTP = "proxy_cache_path @@TMP@@/short keys_zone=short:1m inactive=1s;"
+    LOCATIONS = cached_location("/s/", "short")
+
+    def short_files(self):
+        root = os.path.join(self.tmp, "short")
+        return [n for _, _, names in os.walk(root) for n in names]
+
+    def test_purge_of_evicted_files_is_harmless(self):
+        self.origin.route("/s/e", "e", headers=VARY)
+        self.start()
+        self.assertTrue(poll(lambda: self.esid.stderr().count(
+            "files indexed") >= 2, bound=20.0))
+        self.assertEqual(self.cache_status("/s/e", "a"), "MISS")
+        self.assertEqual(self.cache_status("/s/e", "b"), "MISS")
+        self.assertTrue(poll(lambda: len(self.short_files()) == 2))
+        r = self.esictl("variants", "short", "/s/e", "--json")
+        self.assertEqual(len(json.loads(r.stdout)["files"]), 2)
+        self.assertTrue(poll(lambda: self.short_files() == [], bound=30.0),
+                        "the cache manager did not evict")
+        pids = self.worker_pids()
+        self.assertPurged(self.purge("/s/e"), 404, "exact; count=0")
+        self.assertEqual(self.worker_pids(), pids)
+        self.assertNotIn("[crit]", self.error_log())
+        self.assertEqual(self.cache_status("/s/e", "a"), "MISS")
+
+
+class RebuildThenIndexedTest(PurgeTestCase):
+    """After an esid restart, once the rebuild finished, even the first
+    purge is answered by the index: with two workers, neither worker's
+    re-announcement puts the zone in doubt, since neither lost a report."""
+    WORKERS = 2
+
+    def attached(self, count):
+        return poll(lambda: self.error_log().count(
+            "esi: attached to esid") >= count, bound=20.0)
+
+    def zone(self):
+        r = self.esictl("zones", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        return json.loads(r.stdout).get("pages")
+
+    def rebuilt(self):
+        zone = self.zone()
+        return zone and zone["complete"] and not zone["scanning"]
+
+    def test_first_purge_after_the_rebuild_uses_the_index(self):
+        self.start()
+        self.assertTrue(self.attached(2))
+        self.store_two_variants()
+        self.esid.stop()
+        self.start_esid()
+        self.assertTrue(self.attached(4), "the workers did not attach again")
+        self.assertTrue(poll(self.rebuilt, bound=20.0))
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.assertIn('exact purge of "/v": 2 file(s) removed, '
+                      'via variant index', self.error_log())
+
+    def test_a_file_stored_while_esid_was_away_is_purged_too(self):
+        self.start()
+        self.assertTrue(self.attached(2))
+        self.store_two_variants()
+        self.esid.stop()
+        self.assertEqual(self.cache_status("/v", "c"), "MISS")
+        self.assertTrue(poll(lambda: len(self.cache_files()) == 3))
+        self.start_esid()
+        self.assertTrue(self.attached(4), "the workers did not attach again")
+        self.assertPurged(self.purge("/v"), 200, "exact; count=3")
+        self.assertEqual(self.cache_files(), [])
 
 
 if __name__ == "__main__":
