@@ -1,5 +1,6 @@
 #include "control/control.h"
 
+#include <algorithm>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -18,10 +19,16 @@ std::pair<std::string_view, std::string_view> firstWord(std::string_view line) {
 
 }  // namespace
 
+bool Control::allowed(const PeerCredentials& peer) const {
+  if (peer.uid == 0 || peer.uid == owner_) return true;
+  return group_ && (peer.gid == *group_ || std::find(peer.groups.begin(), peer.groups.end(),
+                                                     *group_) != peer.groups.end());
+}
+
 void Control::handle(std::string_view command, const PeerCredentials& peer,
                      const ControlAnswerFn& answer) {
-  if (peer.uid != 0 && peer.uid != owner_) {
-    spdlog::warn("control: uid {} (pid {}) refused", peer.uid, peer.pid);
+  if (!allowed(peer)) {
+    spdlog::warn("control: uid {} gid {} (pid {}) refused", peer.uid, peer.gid, peer.pid);
     answer({false, "permission denied: uid " + std::to_string(peer.uid) +
                        " may not control esid"});
     return;

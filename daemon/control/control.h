@@ -4,9 +4,11 @@
 
 #pragma once
 
-#include <string_view>
 #include <sys/types.h>
 #include <unistd.h>
+
+#include <optional>
+#include <string_view>
 
 #include "engine/stats.h"
 #include "transport/purge_orders.h"
@@ -24,14 +26,20 @@ class Control {
   void handle(std::string_view command, const PeerCredentials& peer,
               const ControlAnswerFn& answer);
 
+  // Members of this group may control esid too (control_group); nullopt:
+  // only root and esid's own user.
+  void allowGroup(std::optional<gid_t> group) { group_ = group; }
+
  private:
+  bool allowed(const PeerCredentials& peer) const;
   ControlAnswer query(std::string_view command) const;
   void purge(std::string_view args, const ControlAnswerFn& answer);
 
   const Stats& stats_;
   const Purger& purger_;
   PurgeOrders& orders_;
-  const uid_t owner_;  // besides root, the only user allowed
+  const uid_t owner_;  // besides root, the only user allowed...
+  std::optional<gid_t> group_;  // ...but for this group's members
 };
 
 }  // namespace esi

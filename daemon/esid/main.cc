@@ -5,6 +5,7 @@
 #include <uv.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -25,7 +26,19 @@ struct Reload {
   esi::SettingsLayer commandLine;
   esi::Settings current;
   esi::Server* server;
+  esi::Control* control;
 };
+
+// The settings were checked when read; a group deleted since allows nobody.
+std::optional<gid_t> controlGroup(const esi::Settings& settings) {
+  if (settings.controlGroup.empty()) return std::nullopt;
+  try {
+    return esi::parseGroup(settings.controlGroup);
+  } catch (const std::invalid_argument& e) {
+    spdlog::error("control_group: {}; only root and esid's user may control esid", e.what());
+    return std::nullopt;
+  }
+}
 
 struct Signals {
   uv_signal_t term;
@@ -55,6 +68,9 @@ void logOverrides(const esi::SettingsLayer& file, const esi::SettingsLayer& comm
   }
   if (file.logLevel && commandLine.logLevel) {
     spdlog::info("--log-level overrides log_level in the config file");
+  }
+  if (file.controlGroup && commandLine.controlGroup) {
+    spdlog::info("--control-group overrides control_group in the config file");
   }
 }
 
@@ -95,6 +111,7 @@ void onHangup(uv_signal_t* handle, int) {
   }
   spdlog::set_level(next.logLevel);
   reload->server->setRingSize(next.ringSize);
+  reload->control->allowGroup(controlGroup(next));
   reload->current = next;
 }
 
@@ -102,7 +119,7 @@ void onHangup(uv_signal_t* handle, int) {
 
 int main(int argc, char** argv) {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
-  std::string configPath, socketPath, ringSize, level;
+  std::string configPath, socketPath, ringSize, level, group;
   bool checkOnly = false;
   app.add_option("--config", configPath,
                  "Settings file (key = value), re-read on SIGHUP; flags override it")
@@ -117,6 +134,9 @@ int main(int argc, char** argv) {
       "256K to 64M [default: 1M]");
   auto* levelOption = app.add_option(
       "--log-level", level, "trace, debug, info, warn, error, critical or off [default: info]");
+  auto* groupOption = app.add_option(
+      "--control-group", group,
+      "Members of this group may use esictl, besides root and esid's own user");
   app.add_flag("--check-config", checkOnly, "Check the settings, print them and exit");
   app.set_version_flag("--version", "esid " ESI_VERSION);
   CLI11_PARSE(app, argc, argv);
@@ -126,6 +146,10 @@ int main(int argc, char** argv) {
     if (socketOption->count() > 0) commandLine.socketPath = socketPath;
     if (ringOption->count() > 0) commandLine.ringSize = esi::parseRingSize(ringSize);
     if (levelOption->count() > 0) commandLine.logLevel = esi::parseLogLevel(level);
+    if (groupOption->count() > 0) {
+      esi::parseGroup(group);
+      commandLine.controlGroup = group;
+    }
     if (!configPath.empty()) file = esi::readSettingsFile(configPath);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "esid: %s\n", e.what());
@@ -133,8 +157,10 @@ int main(int argc, char** argv) {
   }
   const esi::Settings settings = esi::Settings::resolve(file, commandLine);
   if (checkOnly) {
-    std::printf("socket = %s\nring_size = %u\nlog_level = %s\n", settings.socketPath.c_str(),
-                settings.ringSize, esi::logLevelName(settings.logLevel).c_str());
+    std::printf("socket = %s\nring_size = %u\nlog_level = %s\ncontrol_group = %s\n",
+                settings.socketPath.c_str(), settings.ringSize,
+                esi::logLevelName(settings.logLevel).c_str(),
+                settings.controlGroup.empty() ? "(none)" : settings.controlGroup.c_str());
     return 0;
   }
 
@@ -151,6 +177,7 @@ int main(int argc, char** argv) {
   esi::Purger purger(loop);
   esi::PurgeOrders orders;
   esi::Control control(stats, purger, orders);
+  control.allowGroup(controlGroup(settings));
   esi::Server server(loop, options, stats, purger, orders,
                      [&control](std::string_view command, const esi::PeerCredentials& peer,
                                 const esi::ControlAnswerFn& answer) {
@@ -163,7 +190,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  Reload reload{configPath, commandLine, settings, &server};
+  Reload reload{configPath, commandLine, settings, &server, &control};
   Signals signals;
   signals.purger = &purger;
   loop->data = &signals;

@@ -43,6 +43,15 @@ TEST(SettingsFile, UnknownKeysLinesWithoutEqualsAndEmptyValuesAreRefused) {
   EXPECT_THROW(parseSettingsFile("log_level = loud\n", "f"), std::invalid_argument);
 }
 
+TEST(SettingsFile, ControlGroupMustExist) {
+  const SettingsLayer layer = parseSettingsFile("control_group = root\n", "f");
+  EXPECT_EQ(layer.controlGroup, "root");
+  EXPECT_EQ(parseGroup("root"), 0u);
+  EXPECT_EQ(parseGroup("0"), 0u);
+  EXPECT_THROW(parseSettingsFile("control_group = no-such-group-here\n", "f"),
+               std::invalid_argument);
+}
+
 TEST(RingSize, AcceptsBytesAndSuffixesWithinBounds) {
   EXPECT_EQ(parseRingSize("262144"), 256u << 10);
   EXPECT_EQ(parseRingSize("256K"), 256u << 10);

@@ -1,5 +1,7 @@
 #include "esid/settings.h"
 
+#include <grp.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -35,6 +37,7 @@ Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& comma
     if (layer->socketPath) s.socketPath = *layer->socketPath;
     if (layer->ringSize) s.ringSize = *layer->ringSize;
     if (layer->logLevel) s.logLevel = *layer->logLevel;
+    if (layer->controlGroup) s.controlGroup = *layer->controlGroup;
   }
   return s;
 }
@@ -77,6 +80,17 @@ spdlog::level::level_enum parseLogLevel(std::string_view text) {
                               "critical, off");
 }
 
+gid_t parseGroup(std::string_view text) {
+  const std::string name(trim(text));
+  if (const group* g = getgrnam(name.c_str()); g != nullptr) return g->gr_gid;
+  unsigned long gid = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), gid);
+  if (ec == std::errc() && end == name.data() + name.size() && !name.empty()) {
+    if (const group* g = getgrgid(static_cast<gid_t>(gid)); g != nullptr) return g->gr_gid;
+  }
+  throw std::invalid_argument("no group \"" + name + "\"");
+}
+
 SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
   SettingsLayer layer;
   size_t lineNumber = 0;
@@ -107,9 +121,12 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
         layer.ringSize = parseRingSize(value);
       } else if (key == "log_level") {
         layer.logLevel = parseLogLevel(value);
+      } else if (key == "control_group") {
+        parseGroup(value);
+        layer.controlGroup = std::string(value);
       } else {
         throw std::invalid_argument("unknown key \"" + std::string(key) +
-                                    "\" (known: socket, ring_size, log_level)");
+                                    "\" (known: socket, ring_size, log_level, control_group)");
       }
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where() + e.what());
@@ -139,6 +156,10 @@ std::vector<std::string> describeChanges(const Settings& before, const Settings&
   if (before.logLevel != after.logLevel) {
     changes.push_back("log_level: " + logLevelName(before.logLevel) + " -> " +
                       logLevelName(after.logLevel));
+  }
+  if (before.controlGroup != after.controlGroup) {
+    changes.push_back("control_group: " + (before.controlGroup.empty() ? "(none)" : before.controlGroup) +
+                      " -> " + (after.controlGroup.empty() ? "(none)" : after.controlGroup));
   }
   return changes;
 }

@@ -10,8 +10,12 @@
 //     socket    = /run/esid/esid.sock   # read at start only
 //     ring_size = 1M                    # bytes, K/M suffixes, a power of two
 //     log_level = info                  # trace debug info warn error critical off
+//     control_group = adm               # its members may use esictl (besides
+//                                       # root and esid's own user)
 
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <optional>
@@ -32,6 +36,7 @@ struct SettingsLayer {
   std::optional<std::string> socketPath;
   std::optional<uint32_t> ringSize;
   std::optional<spdlog::level::level_enum> logLevel;
+  std::optional<std::string> controlGroup;  // a group's name or number
 };
 
 // The values esid runs with.
@@ -39,6 +44,7 @@ struct Settings {
   std::string socketPath = "/run/esid/esid.sock";
   uint32_t ringSize = 1u << 20;
   spdlog::level::level_enum logLevel = spdlog::level::info;
+  std::string controlGroup;  // empty: none
 
   // Defaults, overridden by file, overridden by commandLine.
   static Settings resolve(const SettingsLayer& file, const SettingsLayer& commandLine);
@@ -51,6 +57,10 @@ uint32_t parseRingSize(std::string_view text);
 // "trace" ... "off".  Throws std::invalid_argument for anything else.
 spdlog::level::level_enum parseLogLevel(std::string_view text);
 std::string logLevelName(spdlog::level::level_enum level);
+
+// A group's id from its name or number.  Throws std::invalid_argument when
+// there is no such group.
+gid_t parseGroup(std::string_view text);
 
 // Parses the file's text; `name` is used in messages.  Throws
 // std::invalid_argument naming the file and line of the first bad line.

@@ -180,8 +180,18 @@ class Server::Client {
       reply(ControlAnswer{false, "cannot read peer credentials"});
       return;
     }
+    PeerCredentials peer{cred.pid, cred.uid, cred.gid, {}};
+    // NGROUPS_MAX is 65536; a first guess fits nearly everyone.
+    peer.groups.resize(64);
+    socklen_t groupsLen = static_cast<socklen_t>(peer.groups.size() * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, peer.groups.data(), &groupsLen) != 0 &&
+        errno == ERANGE) {
+      peer.groups.resize(groupsLen / sizeof(gid_t));
+      getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, peer.groups.data(), &groupsLen);
+    }
+    peer.groups.resize(groupsLen / sizeof(gid_t));
     std::weak_ptr<Client*> alive = alive_;
-    server_.control_(command, PeerCredentials{cred.pid, cred.uid, cred.gid},
+    server_.control_(command, peer,
                      [alive](ControlAnswer answer) {
                        if (auto self = alive.lock()) (*self)->reply(answer);
                      });

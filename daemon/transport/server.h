@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/stats.h"
 #include "transport/purge_orders.h"
@@ -24,6 +25,7 @@ struct PeerCredentials {
   pid_t pid;
   uid_t uid;
   gid_t gid;
+  std::vector<gid_t> groups;  // supplementary (SO_PEERGROUPS)
 };
 
 struct ControlAnswer {

@@ -7,7 +7,7 @@ import stat
 import subprocess
 import unittest
 
-from harness import ESID, EsiTestCase, STOP_BOUND
+from harness import ESICTL, ESID, EsiTestCase, STOP_BOUND, poll
 
 PAGE = 'a<esi:include src="/esi/x"/>c'
 
@@ -72,6 +72,36 @@ class EsictlTest(EsiTestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(missing.encode(), r.stderr)
         self.assertEqual(r.stdout, b"")
+
+
+class ControlCredentialsTest(EsiTestCase):
+    """Control commands check the caller's credentials, not just the
+    socket's mode: a socket made world-writable by mistake still refuses
+    strangers, and says so in esid's log; control_group lets a group in."""
+
+    def esictl_as_nobody(self):
+        # nobody must reach the socket: search permission on the test dir
+        os.chmod(self.tmp, 0o711)
+        os.chmod(self.socket_path, 0o666)
+        argv = ["setpriv", "--reuid=nobody", "--regid=nogroup",
+                "--clear-groups", ESICTL, "--socket", self.socket_path,
+                "stats"]
+        return subprocess.run(argv, capture_output=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+
+    def test_a_stranger_is_refused_and_logged(self):
+        self.start_esid()
+        r = self.esictl_as_nobody()
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"permission denied: uid 65534", r.stderr)
+        self.assertTrue(poll(lambda: "control: uid 65534 gid 65534" in
+                             self.esid.stderr()))
+
+    def test_members_of_the_control_group_are_allowed(self):
+        self.start_esid("--control-group", "nogroup")
+        r = self.esictl_as_nobody()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"streams", r.stdout)
 
 
 if __name__ == "__main__":
