@@ -58,7 +58,24 @@ ControlAnswer Control::query(std::string_view command) const {
     }
     return {true, answer.dump()};
   }
+  if (command == "plans") return plans({});
+  if (command.substr(0, 6) == "plans ") return plans(command.substr(6));
   return {false, "unknown command \"" + std::string(command) + "\""};
+}
+
+// "plans": every plan zone's counters; "plans ZONE": one zone's counters and
+// its most recently used entries.
+ControlAnswer Control::plans(std::string_view zone) const {
+  constexpr size_t kMaxEntries = 100;
+  nlohmann::json zones = plans_.zones();
+  if (zone.empty()) return {true, zones.dump()};
+  nlohmann::json entries = plans_.entries(zone, kMaxEntries);
+  if (entries.is_null()) {
+    return {false, "no plan zone \"" + std::string(zone) + "\""};
+  }
+  const nlohmann::json answer = {{"zone", std::move(zones[std::string(zone)])},
+                                 {"entries", std::move(entries)}};
+  return {true, answer.dump()};
 }
 
 // "purge ZONE key|prefix|tag VALUE": VALUE is the rest of the line.

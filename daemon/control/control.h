@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "engine/stats.h"
+#include "plans/plan_store.h"
 #include "transport/purge_orders.h"
 #include "transport/server.h"
 #include "variants/purger.h"
@@ -20,8 +21,8 @@ namespace esi {
 class Control {
  public:
   Control(const Stats& stats, const Purger& purger, PurgeOrders& orders,
-          uid_t owner = geteuid())
-      : stats_(stats), purger_(purger), orders_(orders), owner_(owner) {}
+          const PlanStore& plans, uid_t owner = geteuid())
+      : stats_(stats), purger_(purger), orders_(orders), plans_(plans), owner_(owner) {}
 
   void handle(std::string_view command, const PeerCredentials& peer,
               const ControlAnswerFn& answer);
@@ -33,11 +34,13 @@ class Control {
  private:
   bool allowed(const PeerCredentials& peer) const;
   ControlAnswer query(std::string_view command) const;
+  ControlAnswer plans(std::string_view zone) const;
   void purge(std::string_view args, const ControlAnswerFn& answer);
 
   const Stats& stats_;
   const Purger& purger_;
   PurgeOrders& orders_;
+  const PlanStore& plans_;
   const uid_t owner_;  // besides root, the only user allowed...
   std::optional<gid_t> group_;  // ...but for this group's members
 };

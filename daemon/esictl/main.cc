@@ -443,6 +443,59 @@ int variants(const std::string& socketPath, const std::string& zone, const std::
   return 0;
 }
 
+// Parse plans esid keeps per esi_plan_zone: their counters and, for one
+// zone, its most recently used plans.
+void printPlanZone(const std::string& name, const nlohmann::json& zone) {
+  std::printf("%s: %llu plans, %llu of %llu bytes, %llu hits, %llu misses, %llu drops, "
+              "%llu recorded, %llu evictions, %llu too large\n",
+              name.c_str(), zone["entries"].get<unsigned long long>(),
+              zone["bytes"].get<unsigned long long>(), zone["max_bytes"].get<unsigned long long>(),
+              zone["hits"].get<unsigned long long>(), zone["misses"].get<unsigned long long>(),
+              zone["drops"].get<unsigned long long>(), zone["recorded"].get<unsigned long long>(),
+              zone["evictions"].get<unsigned long long>(),
+              zone["too_large"].get<unsigned long long>());
+}
+
+// A cached response's Date as "2026-11-30 12:00:00 UTC".
+std::string utcTime(uint64_t seconds) {
+  const std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  char text[32];
+  if (gmtime_r(&t, &tm) == nullptr ||
+      std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S UTC", &tm) == 0) {
+    return std::to_string(seconds);
+  }
+  return text;
+}
+
+int plans(const std::string& socketPath, const std::string& zone, bool json) {
+  const nlohmann::json body = ask(socketPath, zone.empty() ? "plans" : "plans " + zone);
+  if (json) {
+    std::printf("%s\n", body.dump().c_str());
+    return 0;
+  }
+  if (zone.empty()) {
+    if (body.empty()) std::printf("no plan zones: no NGINX worker has used esi_plan yet\n");
+    for (const auto& [name, stats] : body.items()) printPlanZone(name, stats);
+    return 0;
+  }
+  printPlanZone(zone, body["zone"]);
+  const auto& entries = body["entries"];
+  for (const auto& entry : entries) {
+    std::printf("%s: dated %s, file %llu bytes, %llu steps, plan %llu bytes, %llu hits\n",
+                entry["key"].get<std::string>().c_str(),
+                utcTime(entry["date"].get<uint64_t>()).c_str(),
+                entry["length"].get<unsigned long long>(), entry["steps"].get<unsigned long long>(),
+                entry["bytes"].get<unsigned long long>(), entry["hits"].get<unsigned long long>());
+  }
+  const auto total = body["zone"]["entries"].get<unsigned long long>();
+  if (total > entries.size()) {
+    std::printf("(%llu less recently used plans not shown)\n",
+                total - static_cast<unsigned long long>(entries.size()));
+  }
+  return 0;
+}
+
 // While a purge waits for a scan of its zone, a bar on a terminal's stderr:
 // the share of the zone's first-level directories walked, and files read.
 class ScanProgressBar {
@@ -544,6 +597,12 @@ int main(int argc, char** argv) {
   variantsCommand->add_option("key", variantsKey, "cache key, as proxy_cache_key makes it")
       ->required();
   variantsCommand->add_flag("--json", variantsJson, "Print one JSON object");
+  auto* plansCommand =
+      app.add_subcommand("plans", "Parse plans per esi_plan_zone; with a zone, its plans");
+  std::string plansZone;
+  bool plansJson = false;
+  plansCommand->add_option("zone", plansZone, "esi_plan_zone name");
+  plansCommand->add_flag("--json", plansJson, "Print one JSON object");
   auto* purgeCommand = app.add_subcommand(
       "purge", "Purge a key and every Vary variant of it (or a prefix, or a tag) through NGINX");
   std::string purgeZone, purgeValue;
@@ -563,6 +622,7 @@ int main(int argc, char** argv) {
     if (*statsCommand) return stats(socketPath, json, prometheus);
     if (*zonesCommand) return zones(socketPath, zonesJson);
     if (*variantsCommand) return variants(socketPath, variantsZone, variantsKey, variantsJson);
+    if (*plansCommand) return plans(socketPath, plansZone, plansJson);
     if (*purgeCommand) {
       return purge(socketPath, purgeZone, purgeTag ? "tag" : purgePrefix ? "prefix" : "key",
                    purgeValue, purgeJson);

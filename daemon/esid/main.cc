@@ -15,6 +15,7 @@
 #include "engine/stats.h"
 #include "esid/logging.h"
 #include "esid/settings.h"
+#include "plans/plan_store.h"
 #include "transport/server.h"
 #include "variants/purger.h"
 
@@ -176,7 +177,8 @@ int main(int argc, char** argv) {
   esi::Stats stats;
   esi::Purger purger(loop);
   esi::PurgeOrders orders;
-  esi::Control control(stats, purger, orders);
+  esi::PlanStore plans;
+  esi::Control control(stats, purger, orders, plans);
   control.allowGroup(controlGroup(settings));
   esi::Server server(loop, options, stats, purger, orders,
                      [&control](std::string_view command, const esi::PeerCredentials& peer,

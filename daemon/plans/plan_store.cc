@@ -1,0 +1,227 @@
+#include "plans/plan_store.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+namespace esi {
+
+namespace {
+
+// What an entry costs besides its steps and strings: the plan and its
+// shared_ptr control block, the hash map node, the LRU list node.
+constexpr size_t kEntryOverhead = 160;
+
+uint64_t readLittleEndian64(const char* bytes) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = value << 8 | static_cast<uint8_t>(bytes[i]);
+  return value;
+}
+
+// Heap bytes a string holds beyond its own object (none while it fits the
+// small-string buffer).
+size_t heapBytes(const std::string& s) {
+  static const size_t kInline = std::string().capacity();
+  return s.capacity() > kInline ? s.capacity() + 1 : 0;
+}
+
+std::string keyToHex(const std::array<uint8_t, 16>& key) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(2 * key.size(), '0');
+  for (size_t i = 0; i < key.size(); ++i) {
+    out[2 * i] = kDigits[key[i] >> 4];
+    out[2 * i + 1] = kDigits[key[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<ObjectId> ObjectId::fromWire(std::string_view bytes) {
+  if (bytes.size() != kWireBytes) return std::nullopt;
+  ObjectId id;
+  std::copy_n(bytes.begin(), id.key.size(), id.key.begin());
+  id.date = readLittleEndian64(bytes.data() + 16);
+  id.length = readLittleEndian64(bytes.data() + 24);
+  id.headerSize = readLittleEndian64(bytes.data() + 32);
+  return id;
+}
+
+size_t ObjectIdHash::operator()(const ObjectId& id) const noexcept {
+  // The key is an MD5 already; the other fields tell apart the versions of
+  // one cache file.
+  uint64_t h;
+  static_assert(sizeof(h) <= sizeof(id.key));
+  __builtin_memcpy(&h, id.key.data(), sizeof(h));
+  h ^= id.date * 0x9e3779b97f4a7c15ULL;
+  h ^= id.length * 0xc2b2ae3d27d4eb4fULL;
+  h ^= id.headerSize * 0x165667b19e3779f9ULL;
+  return static_cast<size_t>(h);
+}
+
+size_t Plan::bytes() const {
+  size_t total = kEntryOverhead + steps.capacity() * sizeof(PlanStep);
+  for (const PlanStep& step : steps) {
+    if (const auto* include = std::get_if<IncludeCall>(&step)) {
+      total += heapBytes(include->path) + heapBytes(include->args) +
+               heapBytes(include->altPath) + heapBytes(include->altArgs);
+    } else if (const auto* check = std::get_if<PlanCheck>(&step)) {
+      total += heapBytes(check->bytes);
+    }
+  }
+  return total;
+}
+
+std::optional<Plan> buildPlan(const std::vector<Instruction>& instructions,
+                              std::string_view body) {
+  Plan plan;
+  uint64_t pos = 0;  // end of the previous verbatim run
+  // The check for the gap after `pos`, whose end is the next verbatim run at
+  // or after instructions[from] (or the end of the body).  False when that
+  // run starts before `pos`.
+  auto checkGap = [&](size_t from) {
+    uint64_t end = body.size();
+    for (size_t i = from; i < instructions.size(); ++i) {
+      if (const auto* run = std::get_if<VerbatimRun>(&instructions[i])) {
+        end = run->offset;
+        break;
+      }
+    }
+    if (end < pos || end > body.size()) return false;
+    if (end > pos) {
+      const size_t length = std::min<uint64_t>(end - pos, PlanCheck::kMaxBytes);
+      plan.steps.emplace_back(PlanCheck{pos, std::string(body.substr(pos, length))});
+    }
+    return true;
+  };
+
+  if (!checkGap(0)) return std::nullopt;
+  for (size_t i = 0; i < instructions.size(); ++i) {
+    const Instruction& instruction = instructions[i];
+    if (const auto* run = std::get_if<VerbatimRun>(&instruction)) {
+      // checkGap() already saw that the run starts within the body, not
+      // before `pos`.
+      if (run->length > body.size() - run->offset) return std::nullopt;
+      plan.steps.emplace_back(*run);
+      pos = run->offset + run->length;
+      if (!checkGap(i + 1)) return std::nullopt;
+    } else {
+      plan.steps.emplace_back(std::get<IncludeCall>(instruction));
+    }
+  }
+  plan.length = body.size();
+  return plan;
+}
+
+void PlanStore::configureZone(std::string_view name, uint64_t maxBytes) {
+  auto it = zones_.find(name);
+  if (it == zones_.end()) it = zones_.emplace(std::string(name), Zone{}).first;
+  it->second.maxBytes = maxBytes;
+  evictUntil(it->second, maxBytes);
+}
+
+std::shared_ptr<const Plan> PlanStore::find(std::string_view name, const ObjectId& id) {
+  auto z = zones_.find(name);
+  if (z == zones_.end()) return nullptr;
+  Zone& zone = z->second;
+  auto it = zone.entries.find(id);
+  if (it == zone.entries.end()) {
+    ++zone.misses;
+    return nullptr;
+  }
+  ++zone.hits;
+  ++it->second.hits;
+  zone.lru.splice(zone.lru.begin(), zone.lru, it->second.lru);
+  return it->second.plan;
+}
+
+bool PlanStore::record(std::string_view name, const ObjectId& id, Plan plan) {
+  auto z = zones_.find(name);
+  if (z == zones_.end()) return false;
+  Zone& zone = z->second;
+  plan.steps.shrink_to_fit();
+  const size_t bytes = plan.bytes() + sizeof(ObjectId);
+  if (bytes > zone.maxBytes) {
+    ++zone.tooLarge;
+    return false;
+  }
+
+  auto [it, fresh] = zone.entries.try_emplace(id);
+  Entry& entry = it->second;
+  if (fresh) {
+    zone.lru.push_front(id);
+    entry.lru = zone.lru.begin();
+  } else {
+    zone.bytes -= entry.bytes;
+    zone.lru.splice(zone.lru.begin(), zone.lru, entry.lru);
+  }
+  entry.plan = std::make_shared<const Plan>(std::move(plan));
+  entry.bytes = bytes;
+  entry.hits = 0;
+  zone.bytes += bytes;
+  ++zone.recorded;
+  // The new entry is the most recently used and fits alone: it stays.
+  evictUntil(zone, zone.maxBytes);
+  return true;
+}
+
+// Counts only plans actually forgotten: a plan evicted before the worker's
+// report came in was not wrong for long.
+void PlanStore::drop(std::string_view name, const ObjectId& id) {
+  auto z = zones_.find(name);
+  if (z == zones_.end()) return;
+  Zone& zone = z->second;
+  auto it = zone.entries.find(id);
+  if (it == zone.entries.end()) return;
+  zone.bytes -= it->second.bytes;
+  zone.lru.erase(it->second.lru);
+  zone.entries.erase(it);
+  ++zone.drops;
+}
+
+void PlanStore::evictUntil(Zone& zone, uint64_t maxBytes) {
+  while (zone.bytes > maxBytes && !zone.lru.empty()) {
+    auto it = zone.entries.find(zone.lru.back());
+    zone.bytes -= it->second.bytes;
+    zone.entries.erase(it);
+    zone.lru.pop_back();
+    ++zone.evictions;
+  }
+}
+
+nlohmann::json PlanStore::zones() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, zone] : zones_) {
+    out[name] = {{"entries", zone.entries.size()},
+                 {"bytes", zone.bytes},
+                 {"max_bytes", zone.maxBytes},
+                 {"hits", zone.hits},
+                 {"misses", zone.misses},
+                 {"drops", zone.drops},
+                 {"recorded", zone.recorded},
+                 {"evictions", zone.evictions},
+                 {"too_large", zone.tooLarge}};
+  }
+  return out;
+}
+
+nlohmann::json PlanStore::entries(std::string_view name, size_t limit) const {
+  auto z = zones_.find(name);
+  if (z == zones_.end()) return nullptr;
+  const Zone& zone = z->second;
+  nlohmann::json out = nlohmann::json::array();
+  for (const ObjectId& id : zone.lru) {
+    if (out.size() == limit) break;
+    const Entry& entry = zone.entries.at(id);
+    out.push_back({{"key", keyToHex(id.key)},
+                   {"date", id.date},
+                   {"length", id.length},
+                   {"header_size", id.headerSize},
+                   {"steps", entry.plan->steps.size()},
+                   {"bytes", entry.bytes},
+                   {"hits", entry.hits}});
+  }
+  return out;
+}
+
+}  // namespace esi

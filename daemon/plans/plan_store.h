@@ -1,0 +1,126 @@
+// Parse plans: where a cached object's ESI constructs are, recorded on the
+// first cache hit that esid parses and replayed by the worker on later hits
+// without sending esid a byte of the page.
+//
+// A plan is the instruction list the parse produced (verbatim runs and
+// includes, in stream order) with a check before each construct: the
+// construct's first bytes, which the worker compares with the bytes that
+// actually arrive before it trusts the plan any further.  The store is
+// keyed on the object's identity (cache key MD5, Date, size, header size);
+// two objects can agree on all four, which is why replay never trusts the
+// key alone.  Each zone (esi_plan_zone) has a byte budget; the least
+// recently used plans make room, and a plan larger than the budget is not
+// recorded.
+
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/stream.h"
+
+namespace esi {
+
+// What the worker knows of a cached object before reading its body.
+struct ObjectId {
+  static constexpr size_t kWireBytes = 40;  // key, date, length, header size
+
+  std::array<uint8_t, 16> key{};  // the cache file's name (a variant's hash)
+  uint64_t date = 0;              // the cached response's Date
+  uint64_t length = 0;            // the cache file's size
+  uint64_t headerSize = 0;        // where its body starts
+
+  // From the 40 bytes the connector sends (little endian); nullopt when the
+  // size is wrong.
+  static std::optional<ObjectId> fromWire(std::string_view bytes);
+  bool operator==(const ObjectId&) const = default;
+};
+
+struct ObjectIdHash {
+  size_t operator()(const ObjectId& id) const noexcept;
+};
+
+// The first bytes of a construct, as recorded.
+struct PlanCheck {
+  static constexpr size_t kMaxBytes = 256;
+  uint64_t offset = 0;
+  std::string bytes;
+};
+
+using PlanStep = std::variant<VerbatimRun, IncludeCall, PlanCheck>;
+
+struct Plan {
+  std::vector<PlanStep> steps;
+  uint64_t length = 0;  // body bytes the plan describes
+
+  // Memory the plan holds, for the zone's budget.
+  size_t bytes() const;
+};
+
+// The plan of a whole body from the instructions its parse produced, in
+// order, and the body itself: a check goes before each gap between verbatim
+// runs (a construct, or several), holding its first bytes (at most
+// PlanCheck::kMaxBytes).  Nullopt when the instructions do not fit the body
+// (a verbatim run going backwards or past its end): nothing to record.
+std::optional<Plan> buildPlan(const std::vector<Instruction>& instructions,
+                              std::string_view body);
+
+class PlanStore {
+ public:
+  // Creates the zone, or sets the budget of an existing one (evicting what
+  // no longer fits).
+  void configureZone(std::string_view zone, uint64_t maxBytes);
+
+  // The plan of the object, or null; counts a hit or a miss and makes the
+  // entry the most recently used.  Null also for a zone never configured.
+  std::shared_ptr<const Plan> find(std::string_view zone, const ObjectId& id);
+
+  // Keeps the plan, evicting least recently used ones to make room.  False
+  // (and nothing changes) when the zone is unknown or the plan alone is
+  // larger than its budget.
+  bool record(std::string_view zone, const ObjectId& id, Plan plan);
+
+  // The worker found that the plan does not match the body: forget it.
+  void drop(std::string_view zone, const ObjectId& id);
+
+  // Per zone: entries, bytes, max_bytes, hits, misses, drops, recorded,
+  // evictions, too_large.
+  nlohmann::json zones() const;
+  // One zone's entries, most recently used first, at most `limit`: key
+  // (hex), date, length, header_size, steps, bytes, hits.  Null when there
+  // is no such zone.
+  nlohmann::json entries(std::string_view zone, size_t limit) const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const Plan> plan;
+    size_t bytes = 0;
+    uint64_t hits = 0;
+    std::list<ObjectId>::iterator lru;
+  };
+  struct Zone {
+    uint64_t maxBytes = 0;
+    uint64_t bytes = 0;
+    std::unordered_map<ObjectId, Entry, ObjectIdHash> entries;
+    std::list<ObjectId> lru;  // front: most recently used
+    uint64_t hits = 0, misses = 0, drops = 0, recorded = 0, evictions = 0, tooLarge = 0;
+  };
+
+  void evictUntil(Zone& zone, uint64_t maxBytes);
+
+  std::map<std::string, Zone, std::less<>> zones_;
+};
+
+}  // namespace esi
