@@ -45,6 +45,10 @@
 #define NGX_HTTP_ESI_VERBATIM          0
 #define NGX_HTTP_ESI_INCLUDE           1
 #define NGX_HTTP_ESI_SPLICE            2
+#define NGX_HTTP_ESI_CHECK             3    /* plan steps only */
+
+#define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
+#define NGX_HTTP_ESI_CHECK_MAX         4096
 
 #define NGX_HTTP_ESI_BACKOFF_MIN       100
 #define NGX_HTTP_ESI_BACKOFF_MAX       1000
@@ -72,7 +76,17 @@ typedef struct {
     size_t                     purge_index;
     ngx_msec_t                 purge_timeout;
     ngx_array_t                purge_zones;  /* of ngx_shm_zone_t * */
+
+    ngx_array_t                plan_zones;   /* of ngx_http_esi_plan_zone_t * */
 } ngx_http_esi_main_conf_t;
+
+
+/* an esi_plan_zone: the store lives in esid, which gets name and size */
+
+typedef struct {
+    ngx_str_t                  name;
+    size_t                     size;
+} ngx_http_esi_plan_zone_t;
 
 
 typedef struct {
@@ -90,6 +104,8 @@ typedef struct {
     ngx_array_t               *purge_from;  /* of ngx_cidr_t; NULL: all */
     ngx_shm_zone_t            *purge_zone;
     ngx_http_complex_value_t  *purge_key;
+
+    ngx_http_esi_plan_zone_t  *plan;        /* NULL: esi_plan off */
 } ngx_http_esi_loc_conf_t;
 
 
@@ -119,6 +135,17 @@ struct ngx_http_esi_insn_s {
     unsigned                   last:1;
     ngx_http_esi_insn_t       *next;
 };
+
+
+/* a step of a parse plan, as esid sent it */
+
+typedef struct {
+    ngx_uint_t                 type;        /* VERBATIM, INCLUDE, CHECK */
+    off_t                      offset;
+    off_t                      length;
+    u_char                    *bytes;       /* CHECK: what must be there */
+    ngx_http_esi_insn_t       *include;     /* INCLUDE: a template */
+} ngx_http_esi_step_t;
 
 
 typedef struct {
@@ -158,6 +185,15 @@ typedef struct {
     ngx_event_t                timer;
     ngx_event_t                resume;
 
+    ngx_http_esi_plan_zone_t  *plan_zone;
+    u_char                     object[NGX_HTTP_ESI_OBJECT_LEN];
+    ngx_http_esi_step_t       *steps;       /* the plan being replayed */
+    ngx_uint_t                 nsteps;
+    ngx_uint_t                 step;        /* the next one to run */
+    off_t                      plan_pos;    /* run or skipped up to here */
+    off_t                      plan_length;
+    off_t                      base;        /* first byte esid parses */
+
     z_stream                   zstream;     /* a gzipped body's inflate */
     ngx_buf_t                 *zbuf;        /* being inflated into */
     ngx_chain_t               *zfree;       /* inflated buffers to reuse */
@@ -181,6 +217,10 @@ typedef struct {
     unsigned                   fallen:1;    /* esi_fallback was applied */
     unsigned                   wait_alt:1;
     unsigned                   wait_failed:1;
+    unsigned                   identified:1; /* object[] is a cache hit's */
+    unsigned                   plan_wait:1;  /* esid answers plan or not */
+    unsigned                   planned:1;    /* replaying a plan */
+    unsigned                   plan_failed:1;
 } ngx_http_esi_ctx_t;
 
 
@@ -369,6 +409,19 @@ static ngx_int_t ngx_http_esi_output(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
 
+static void ngx_http_esi_identify(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_http_esi_loc_conf_t *elcf);
+static ngx_int_t ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx,
+    esi_wire_struct_t *root);
+static ngx_int_t ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at,
+    const char *why);
+static ngx_uint_t ngx_http_esi_held_equal(ngx_http_esi_ctx_t *ctx,
+    off_t offset, u_char *bytes, size_t len);
+static ngx_http_esi_insn_t *ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_include_insn(ngx_http_request_t *r,
+    esi_wire_struct_t *inc, ngx_http_esi_insn_t *insn);
+
 static ngx_int_t ngx_http_esi_purge_access(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_purge_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_purge_init(ngx_http_esi_purge_t *p,
@@ -403,6 +456,10 @@ static char *ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent,
 static char *ngx_http_esi_cache_purge(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_purge_index(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_esi_plan_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_filter_init(ngx_conf_t *cf);
@@ -500,6 +557,20 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_esi_main_conf_t, purge_timeout),
+      NULL },
+
+    { ngx_string("esi_plan_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_esi_plan_zone,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("esi_plan"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_esi_plan_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
       ngx_null_command
@@ -1310,6 +1381,9 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
     case ESI_WIRE_RESPONSE_SPLICE_WHICH:
         return ngx_http_esi_splice(ctx, &root);
 
+    case ESI_WIRE_RESPONSE_PLAN_WHICH:
+        return ngx_http_esi_plan(ctx, &root);
+
     case ESI_WIRE_RESPONSE_FAIL_WHICH:
         if (esi_wire_get_text(&root, ESI_WIRE_RESPONSE_FAIL_PTR, &reason, &n)
             != 0)
@@ -1373,6 +1447,19 @@ ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
     released = (off_t) value;
 
+    if (ctx->plan_wait) {
+
+        /* no plan for this object yet: the body goes to esid after all */
+
+        ctx->plan_wait = 0;
+
+        if (!ctx->tx_queued) {
+            ngx_queue_insert_tail(&ngx_http_esi_daemon.tx_wait,
+                                  &ctx->tx_link);
+            ctx->tx_queued = 1;
+        }
+    }
+
     if (esi_wire_bool(&splice, ESI_WIRE_SPLICE_LAST_BIT) && !ctx->end_sent) {
         ngx_log_error(NGX_LOG_ERR, log, 0,
                       "esi: esid ended stream %uD before its body",
@@ -1389,16 +1476,9 @@ ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
         esi_wire_list_at(&list, i, &in);
         which = esi_wire_u16(&in, ESI_WIRE_INSTRUCTION_WHICH_OFFSET);
 
-        if (ctx->free_insns) {
-            insn = ctx->free_insns;
-            ctx->free_insns = insn->next;
-            ngx_memzero(insn, sizeof(ngx_http_esi_insn_t));
-
-        } else {
-            insn = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_insn_t));
-            if (insn == NULL) {
-                goto local_failure;
-            }
+        insn = ngx_http_esi_insn(ctx);
+        if (insn == NULL) {
+            goto local_failure;
         }
 
         switch (which) {
@@ -1441,26 +1521,7 @@ ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
                 return NGX_ERROR;
             }
 
-            insn->type = NGX_HTTP_ESI_INCLUDE;
-            insn->continue_on_error =
-                esi_wire_bool(&inc, ESI_WIRE_INCLUDE_CONTINUE_ON_ERROR_BIT);
-
-            rc = ngx_http_esi_wire_str(r, &inc, ESI_WIRE_INCLUDE_PATH_PTR,
-                                       &insn->path, 1);
-            if (rc == NGX_OK) {
-                rc = ngx_http_esi_wire_str(r, &inc, ESI_WIRE_INCLUDE_ARGS_PTR,
-                                           &insn->args, 0);
-            }
-            if (rc == NGX_OK) {
-                rc = ngx_http_esi_wire_str(r, &inc,
-                                           ESI_WIRE_INCLUDE_ALT_PATH_PTR,
-                                           &insn->alt_path, 1);
-            }
-            if (rc == NGX_OK) {
-                rc = ngx_http_esi_wire_str(r, &inc,
-                                           ESI_WIRE_INCLUDE_ALT_ARGS_PTR,
-                                           &insn->alt_args, 0);
-            }
+            rc = ngx_http_esi_include_insn(r, &inc, insn);
 
             if (rc == NGX_ERROR) {
                 goto local_failure;
@@ -1552,6 +1613,477 @@ ngx_http_esi_wire_str(ngx_http_request_t *r, esi_wire_struct_t *s,
     ngx_memcpy(str->data, p, len);
 
     return NGX_OK;
+}
+
+
+/* an include instruction from esid; NGX_DECLINED: malformed */
+
+static ngx_int_t
+ngx_http_esi_include_insn(ngx_http_request_t *r, esi_wire_struct_t *inc,
+    ngx_http_esi_insn_t *insn)
+{
+    ngx_int_t  rc;
+
+    insn->type = NGX_HTTP_ESI_INCLUDE;
+    insn->continue_on_error =
+        esi_wire_bool(inc, ESI_WIRE_INCLUDE_CONTINUE_ON_ERROR_BIT);
+
+    rc = ngx_http_esi_wire_str(r, inc, ESI_WIRE_INCLUDE_PATH_PTR,
+                               &insn->path, 1);
+    if (rc == NGX_OK) {
+        rc = ngx_http_esi_wire_str(r, inc, ESI_WIRE_INCLUDE_ARGS_PTR,
+                                   &insn->args, 0);
+    }
+    if (rc == NGX_OK) {
+        rc = ngx_http_esi_wire_str(r, inc, ESI_WIRE_INCLUDE_ALT_PATH_PTR,
+                                   &insn->alt_path, 1);
+    }
+    if (rc == NGX_OK) {
+        rc = ngx_http_esi_wire_str(r, inc, ESI_WIRE_INCLUDE_ALT_ARGS_PTR,
+                                   &insn->alt_args, 0);
+    }
+
+    return rc;
+}
+
+
+static ngx_http_esi_insn_t *
+ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_esi_insn_t  *insn;
+
+    if (ctx->free_insns) {
+        insn = ctx->free_insns;
+        ctx->free_insns = insn->next;
+        ngx_memzero(insn, sizeof(ngx_http_esi_insn_t));
+        return insn;
+    }
+
+    return ngx_pcalloc(ctx->request->pool, sizeof(ngx_http_esi_insn_t));
+}
+
+
+/*
+ * esid's plan for a cached object whose body it has not seen: validated
+ * whole before anything runs (a lying esid could otherwise make us skip
+ * bytes nobody checked), then replayed here as the body arrives.
+ */
+
+static ngx_int_t
+ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
+{
+    off_t                 pos, checked;
+    size_t                len;
+    uint16_t              which;
+    uint32_t              i;
+    uint64_t              offset, length, plan_length;
+    ngx_int_t             rc;
+    ngx_log_t            *log;
+    const uint8_t        *bytes;
+    ngx_http_request_t   *r;
+    ngx_http_esi_step_t  *step;
+    ngx_http_esi_insn_t  *insn;
+    esi_wire_list_t       list;
+    esi_wire_struct_t     plan, in, inc;
+
+    r = ctx->request;
+    log = ngx_http_esi_daemon.log;
+
+    if (!ctx->plan_wait) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "esi: esid sent a plan for stream %uD, which asked "
+                      "for none", (uint32_t) ctx->node.key);
+        return NGX_ERROR;
+    }
+
+    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PLAN_PTR, &plan) != 0
+        || esi_wire_get_list(&plan, ESI_WIRE_PLAN_STEPS_PTR, &list) != 0)
+    {
+        goto malformed;
+    }
+
+    plan_length = esi_wire_u64(&plan, ESI_WIRE_PLAN_LENGTH_OFFSET);
+
+    if (plan_length > (uint64_t) NGX_MAX_OFF_T_VALUE) {
+        goto malformed;
+    }
+
+    ctx->steps = ngx_palloc(r->pool, list.count * sizeof(ngx_http_esi_step_t));
+    if (ctx->steps == NULL && list.count) {
+        goto local_failure;
+    }
+
+    /* every byte the plan skips must follow a check at its start */
+
+    pos = 0;
+    checked = -1;
+
+    for (i = 0; i < list.count; i++) {
+
+        esi_wire_list_at(&list, i, &in);
+        which = esi_wire_u16(&in, ESI_WIRE_PLAN_STEP_WHICH_OFFSET);
+        step = &ctx->steps[i];
+        ngx_memzero(step, sizeof(ngx_http_esi_step_t));
+
+        switch (which) {
+
+        case ESI_WIRE_PLAN_STEP_VERBATIM_WHICH:
+            offset = esi_wire_u64(&in,
+                                  ESI_WIRE_PLAN_STEP_VERBATIM_OFFSET_OFFSET);
+            length = esi_wire_u64(&in,
+                                  ESI_WIRE_PLAN_STEP_VERBATIM_LENGTH_OFFSET);
+
+            if (offset < (uint64_t) pos
+                || (offset > (uint64_t) pos && checked != pos)
+                || offset > plan_length
+                || length > plan_length - offset)
+            {
+                goto malformed;
+            }
+
+            step->type = NGX_HTTP_ESI_VERBATIM;
+            step->offset = (off_t) offset;
+            step->length = (off_t) length;
+            pos = step->offset + step->length;
+            break;
+
+        case ESI_WIRE_PLAN_STEP_CHECK_WHICH:
+            offset = esi_wire_u64(&in, ESI_WIRE_PLAN_STEP_CHECK_OFFSET_OFFSET);
+
+            if (offset != (uint64_t) pos
+                || esi_wire_get_data(&in, ESI_WIRE_PLAN_STEP_CHECK_BYTES_PTR,
+                                     &bytes, &len)
+                   != 0
+                || len == 0
+                || len > NGX_HTTP_ESI_CHECK_MAX
+                || len > plan_length - offset)
+            {
+                goto malformed;
+            }
+
+            step->type = NGX_HTTP_ESI_CHECK;
+            step->offset = pos;
+            step->length = len;
+
+            step->bytes = ngx_pnalloc(r->pool, len);
+            if (step->bytes == NULL) {
+                goto local_failure;
+            }
+
+            ngx_memcpy(step->bytes, bytes, len);
+            checked = pos;
+            break;
+
+        case ESI_WIRE_PLAN_STEP_INCLUDE_WHICH:
+            if (checked != pos
+                || esi_wire_get_struct(&in, ESI_WIRE_PLAN_STEP_INCLUDE_PTR,
+                                       &inc)
+                   != 0)
+            {
+                goto malformed;
+            }
+
+            insn = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_insn_t));
+            if (insn == NULL) {
+                goto local_failure;
+            }
+
+            rc = ngx_http_esi_include_insn(r, &inc, insn);
+
+            if (rc == NGX_ERROR) {
+                goto local_failure;
+            }
+
+            if (rc != NGX_OK) {
+                goto malformed;
+            }
+
+            step->type = NGX_HTTP_ESI_INCLUDE;
+            step->offset = pos;
+            step->include = insn;
+            break;
+
+        default:
+            goto malformed;
+        }
+    }
+
+    if ((off_t) plan_length > pos && checked != pos) {
+        goto malformed;
+    }
+
+    ctx->nsteps = list.count;
+    ctx->step = 0;
+    ctx->plan_pos = 0;
+    ctx->plan_length = (off_t) plan_length;
+    ctx->plan_wait = 0;
+    ctx->planned = 1;
+
+    if (ctx->awaiting) {
+        ctx->awaiting--;
+    }
+
+    /* esid is done with this stream: it never saw the body, nor will */
+
+    ngx_http_esi_unlink(ctx);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "esi plan of %ui steps over %O bytes",
+                   ctx->nsteps, ctx->plan_length);
+
+    if (ngx_http_esi_plan_run(ctx) != NGX_OK) {
+        ngx_http_esi_fail(ctx);
+        return NGX_OK;
+    }
+
+    ngx_http_esi_schedule(ctx);
+
+    return NGX_OK;
+
+malformed:
+
+    ngx_log_error(NGX_LOG_ERR, log, 0,
+                  "esi: malformed plan from esid for stream %uD",
+                  (uint32_t) ctx->node.key);
+    return NGX_ERROR;
+
+local_failure:
+
+    ngx_http_esi_fail(ctx);
+    return NGX_OK;
+}
+
+
+/*
+ * Runs the plan's steps as far as the bytes that arrived allow: verbatim
+ * runs as they come, a construct only after its recorded first bytes are
+ * found where they should be, the includes it holds; then tells execute()
+ * what may be released, and whether the page is complete.
+ */
+
+static ngx_int_t
+ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
+{
+    off_t                 end, to;
+    ngx_http_esi_step_t  *step;
+    ngx_http_esi_insn_t  *insn;
+
+    while (ctx->step < ctx->nsteps) {
+        step = &ctx->steps[ctx->step];
+
+        switch (step->type) {
+
+        case NGX_HTTP_ESI_VERBATIM:
+
+            /* the construct before it was checked: skip it */
+
+            if (ctx->plan_pos < step->offset) {
+                ctx->plan_pos = step->offset;
+            }
+
+            end = step->offset + step->length;
+            to = ngx_min(end, ctx->received);
+
+            if (to > ctx->plan_pos) {
+                insn = ngx_http_esi_insn(ctx);
+                if (insn == NULL) {
+                    return NGX_ERROR;
+                }
+
+                insn->type = NGX_HTTP_ESI_VERBATIM;
+                insn->offset = ctx->plan_pos;
+                insn->length = (size_t) (to - ctx->plan_pos);
+
+                *ctx->last_insn = insn;
+                ctx->last_insn = &insn->next;
+
+                ctx->plan_pos = to;
+            }
+
+            if (ctx->plan_pos < end) {
+                if (ctx->input_done) {
+                    return ngx_http_esi_plan_drop(ctx, ctx->plan_pos,
+                                                  "the body is shorter");
+                }
+
+                goto released;
+            }
+
+            break;
+
+        case NGX_HTTP_ESI_CHECK:
+            if (ctx->received < step->offset + step->length) {
+                if (ctx->input_done) {
+                    return ngx_http_esi_plan_drop(ctx, step->offset,
+                                                  "the body is shorter");
+                }
+
+                goto released;
+            }
+
+            if (!ngx_http_esi_held_equal(ctx, step->offset, step->bytes,
+                                         (size_t) step->length))
+            {
+                return ngx_http_esi_plan_drop(ctx, step->offset,
+                                              "a construct differs");
+            }
+
+            break;
+
+        default: /* NGX_HTTP_ESI_INCLUDE */
+            insn = ngx_palloc(ctx->request->pool,
+                              sizeof(ngx_http_esi_insn_t));
+            if (insn == NULL) {
+                return NGX_ERROR;
+            }
+
+            *insn = *step->include;
+            insn->next = NULL;
+
+            *ctx->last_insn = insn;
+            ctx->last_insn = &insn->next;
+            break;
+        }
+
+        ctx->step++;
+    }
+
+    if (ctx->received > ctx->plan_length) {
+        return ngx_http_esi_plan_drop(ctx, ctx->plan_length,
+                                      "the body is longer");
+    }
+
+    if (!ctx->input_done) {
+        goto released;
+    }
+
+    if (ctx->received < ctx->plan_length) {
+        return ngx_http_esi_plan_drop(ctx, ctx->plan_pos,
+                                      "the body is shorter");
+    }
+
+    /* the whole body, as planned */
+
+    insn = ngx_http_esi_insn(ctx);
+    if (insn == NULL) {
+        return NGX_ERROR;
+    }
+
+    insn->type = NGX_HTTP_ESI_SPLICE;
+    insn->offset = ctx->plan_length;
+    insn->last = 1;
+
+    *ctx->last_insn = insn;
+    ctx->last_insn = &insn->next;
+
+    ctx->planned = 0;
+
+    return NGX_OK;
+
+released:
+
+    insn = ngx_http_esi_insn(ctx);
+    if (insn == NULL) {
+        return NGX_ERROR;
+    }
+
+    insn->type = NGX_HTTP_ESI_SPLICE;
+    insn->offset = ctx->plan_pos;
+
+    *ctx->last_insn = insn;
+    ctx->last_insn = &insn->next;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The plan does not fit the body from "at" on: everything before went out
+ * as planned, the rest goes to esid as a new stream that starts there (a
+ * construct's start or the end of a run: outside any markup), telling esid
+ * to forget the plan.
+ */
+
+static ngx_int_t
+ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at, const char *why)
+{
+    ngx_http_esi_held_t    *h;
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
+
+    ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                  "esi: plan dropped at byte %O: %s than planned, "
+                  "the rest is parsed", at, why);
+
+    ctx->planned = 0;
+    ctx->plan_failed = 1;
+    ctx->base = at;
+    ctx->sent = at;
+    ctx->rx_released = at;
+    ctx->rx_verbatim_end = at;
+    ctx->open_sent = 0;
+    ctx->end_sent = 0;
+
+    ctx->send_held = NULL;
+
+    for (h = ctx->held; h; h = h->next) {
+        if (h->end > at) {
+            ctx->send_held = h;
+            break;
+        }
+    }
+
+    if (d->state == NGX_HTTP_ESI_IDLE) {
+        ngx_http_esi_fail(ctx);
+        return NGX_OK;
+    }
+
+    ctx->node.key = d->next_id++;
+    ngx_rbtree_insert(&d->streams, &ctx->node);
+    ctx->in_table = 1;
+
+    ngx_queue_insert_tail(&d->tx_wait, &ctx->tx_link);
+    ctx->tx_queued = 1;
+
+    ngx_http_esi_flush(d);
+    ngx_http_esi_timer(ctx, 0);
+
+    return NGX_OK;
+}
+
+
+/* whether the held bytes at offset are these */
+
+static ngx_uint_t
+ngx_http_esi_held_equal(ngx_http_esi_ctx_t *ctx, off_t offset, u_char *bytes,
+    size_t len)
+{
+    size_t                n;
+    ngx_http_esi_held_t  *h;
+
+    for (h = ctx->held; h && len; h = h->next) {
+
+        if (h->end <= offset) {
+            continue;
+        }
+
+        if (h->offset > offset) {
+            return 0;
+        }
+
+        n = ngx_min(len, (size_t) (h->end - offset));
+
+        if (ngx_memcmp(h->start + (offset - h->offset), bytes, n) != 0) {
+            return 0;
+        }
+
+        bytes += n;
+        offset += n;
+        len -= n;
+    }
+
+    return len == 0;
 }
 
 
@@ -1948,7 +2480,7 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
                               host_len;
     u_char                   *dst, *host_data;
     void                     *p;
-    ngx_str_t                *host;
+    ngx_str_t                *host, *zone;
     ngx_http_request_t       *r;
     ngx_http_esi_held_t      *h;
     esi_wire_out_t            req, open;
@@ -1971,13 +2503,17 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
         uri_len = r->uri.len;
         host_len = host->len;
         host_data = host->data;
+        zone = ctx->identified ? &ctx->plan_zone->name : NULL;
 
         need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
                              + ESI_WIRE_REQUEST_POINTERS
                              + ESI_WIRE_OPEN_DATA_WORDS
                              + ESI_WIRE_OPEN_POINTERS,
                              esi_wire_blob(uri_len + 1)
-                             + esi_wire_blob(host_len + 1));
+                             + esi_wire_blob(host_len + 1)
+                             + (zone ? esi_wire_blob(NGX_HTTP_ESI_OBJECT_LEN)
+                                       + esi_wire_blob(zone->len + 1)
+                                     : 0));
 
         if (need > max) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
@@ -2006,8 +2542,37 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
         (void) esi_wire_set_text(&open, ESI_WIRE_OPEN_AUTHORITY_PTR,
                                  (const char *) host_data, host_len);
 
+        if (zone) {
+            dst = esi_wire_alloc_data(&open, ESI_WIRE_OPEN_OBJECT_PTR,
+                                      NGX_HTTP_ESI_OBJECT_LEN);
+            if (dst) {
+                ngx_memcpy(dst, ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+            }
+
+            (void) esi_wire_set_text(&open, ESI_WIRE_OPEN_PLAN_ZONE_PTR,
+                                     (const char *) zone->data, zone->len);
+            esi_wire_set_u64(&open, ESI_WIRE_OPEN_PLAN_ZONE_BYTES_OFFSET,
+                             (uint64_t) ctx->plan_zone->size);
+            esi_wire_set_u64(&open, ESI_WIRE_OPEN_BASE_OFFSET,
+                             (uint64_t) ctx->base);
+            esi_wire_set_bool(&open, ESI_WIRE_OPEN_PLAN_FAILED_BIT,
+                              ctx->plan_failed);
+
+            if (!ctx->plan_failed) {
+
+                /* esid answers with the plan, or says "send the body" */
+
+                ctx->plan_wait = 1;
+                ctx->awaiting++;
+            }
+        }
+
         ngx_http_esi_commit(d, esi_wire_finish(&b));
         ctx->open_sent = 1;
+    }
+
+    if (ctx->plan_wait) {
+        return NGX_OK;
     }
 
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
@@ -2491,6 +3056,8 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    ngx_http_esi_identify(r, ctx, elcf);
+
     if (ngx_http_esi_open(r, ctx) != NGX_OK) {
         return NGX_ERROR;
     }
@@ -2793,6 +3360,52 @@ ngx_http_esi_encoding(ngx_http_request_t *r)
 }
 
 
+/*
+ * A body read from the cache, in a location with esi_plan: its identity
+ * (the cache file's key, the response's Date, the file's size and header
+ * size) lets esid answer with the plan instead of reading the body.  A
+ * miss is never planned: what NGINX will store is not known yet.
+ */
+
+static void
+ngx_http_esi_identify(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_loc_conf_t *elcf)
+{
+    u_char              *p;
+    uint64_t             v[3];
+    ngx_uint_t           i, k;
+    ngx_http_cache_t    *c;
+    ngx_http_upstream_t *u;
+
+    c = r->cache;
+    u = r->upstream;
+
+    if (elcf->plan == NULL || c == NULL || u == NULL
+        || (u->cache_status != NGX_HTTP_CACHE_HIT
+            && u->cache_status != NGX_HTTP_CACHE_STALE
+            && u->cache_status != NGX_HTTP_CACHE_UPDATING
+            && u->cache_status != NGX_HTTP_CACHE_REVALIDATED))
+    {
+        return;
+    }
+
+    p = ngx_cpymem(ctx->object, c->key, NGX_HTTP_CACHE_KEY_LEN);
+
+    v[0] = (uint64_t) c->date;
+    v[1] = (uint64_t) c->length;
+    v[2] = (uint64_t) c->body_start;
+
+    for (i = 0; i < 3; i++) {
+        for (k = 0; k < 8; k++) {
+            *p++ = (u_char) (v[i] >> (8 * k));
+        }
+    }
+
+    ctx->plan_zone = elcf->plan;
+    ctx->identified = 1;
+}
+
+
 static ngx_int_t
 ngx_http_esi_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
@@ -2950,6 +3563,10 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     if (!ctx->failed && !ctx->fallen) {
         if (ngx_http_esi_hold(r, ctx, in) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->planned && ngx_http_esi_plan_run(ctx) != NGX_OK) {
             return NGX_ERROR;
         }
 
@@ -3312,7 +3929,7 @@ ngx_http_esi_hold(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         *ctx->last_held = h;
         ctx->last_held = &h->next;
 
-        if (ctx->send_held == NULL) {
+        if (ctx->send_held == NULL && !ctx->planned) {
             ctx->send_held = h;
         }
 
@@ -4794,6 +5411,13 @@ ngx_http_esi_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
+    if (ngx_array_init(&emcf->plan_zones, cf->pool, 2,
+                       sizeof(ngx_http_esi_plan_zone_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
     return emcf;
 }
 
@@ -4855,6 +5479,7 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->fallback = NGX_CONF_UNSET_UINT;
     elcf->buffer_size = NGX_CONF_UNSET_SIZE;
     elcf->max_depth = NGX_CONF_UNSET;
+    elcf->plan = NGX_CONF_UNSET_PTR;
 
     return elcf;
 }
@@ -4879,6 +5504,7 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_size_value(conf->buffer_size, prev->buffer_size,
                               16 * 1024);
     ngx_conf_merge_value(conf->max_depth, prev->max_depth, 5);
+    ngx_conf_merge_ptr_value(conf->plan, prev->plan, NULL);
 
     if (conf->buffer_size < 8) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -5130,6 +5756,120 @@ ngx_http_esi_purge_index(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 /* a zone esid indexes: announced on every connection, its files reported */
+
+/* esi_plan_zone name:size */
+
+static char *
+ngx_http_esi_plan_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_esi_main_conf_t *emcf = conf;
+
+    u_char                    *colon;
+    ssize_t                    size;
+    ngx_str_t                 *value, name, s;
+    ngx_uint_t                 i;
+    ngx_http_esi_plan_zone_t  *zone, **zones;
+
+    value = cf->args->elts;
+
+    colon = ngx_strlchr(value[1].data, value[1].data + value[1].len, ':');
+
+    if (colon == NULL || colon == value[1].data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid plan zone \"%V\", expected name:size",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    name.data = value[1].data;
+    name.len = colon - value[1].data;
+
+    s.data = colon + 1;
+    s.len = value[1].data + value[1].len - s.data;
+
+    size = ngx_parse_size(&s);
+
+    if (size == NGX_ERROR || size < (ssize_t) (64 * 1024)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid plan zone size \"%V\", at least 64k",
+                           &s);
+        return NGX_CONF_ERROR;
+    }
+
+    zones = emcf->plan_zones.elts;
+
+    for (i = 0; i < emcf->plan_zones.nelts; i++) {
+        if (zones[i]->name.len == name.len
+            && ngx_strncmp(zones[i]->name.data, name.data, name.len) == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "duplicate plan zone \"%V\"", &name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    zone = ngx_palloc(cf->pool, sizeof(ngx_http_esi_plan_zone_t));
+    if (zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    zones = ngx_array_push(&emcf->plan_zones);
+    if (zones == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *zones = zone;
+    zone->name = name;
+    zone->size = size;
+
+    return NGX_CONF_OK;
+}
+
+
+/* esi_plan zone | off; the zone must have been declared above */
+
+static char *
+ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_esi_loc_conf_t *elcf = conf;
+
+    ngx_str_t                 *value;
+    ngx_uint_t                 i;
+    ngx_http_esi_plan_zone_t **zones;
+    ngx_http_esi_main_conf_t  *emcf;
+
+    if (elcf->plan != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        elcf->plan = NULL;
+        return NGX_CONF_OK;
+    }
+
+    emcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_module);
+    zones = emcf->plan_zones.elts;
+
+    for (i = 0; i < emcf->plan_zones.nelts; i++) {
+        if (zones[i]->name.len == value[1].len
+            && ngx_strncmp(zones[i]->name.data, value[1].data, value[1].len)
+               == 0)
+        {
+            elcf->plan = zones[i];
+            return NGX_CONF_OK;
+        }
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "unknown plan zone \"%V\": declare it with "
+                       "\"esi_plan_zone %V:size\" above", &value[1],
+                       &value[1]);
+
+    return NGX_CONF_ERROR;
+}
+
 
 static ngx_int_t
 ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone)

@@ -94,6 +94,18 @@ struct Open {
   # The page's decoded path, against which relative includes resolve.
   authority @1 :Text;
   # The page's Host; includes must name this authority or none.
+  object @2 :Data;
+  # A cache hit with esi_plan on: the object's identity, 40 bytes (cache
+  # file key 16, then Date, file size, header size as little-endian u64).
+  # Empty otherwise.
+  planZone @3 :Text;
+  planZoneBytes @4 :UInt64;
+  # The esi_plan_zone the plan lives in, and its size.
+  base @5 :UInt64;
+  # Stream offset of the first body byte that will be sent: non-zero when
+  # the worker dropped a plan there and the rest of the body is parsed.
+  planFailed @6 :Bool;
+  # The object's plan did not match its body: esid forgets it.
 }
 
 struct Response {
@@ -104,6 +116,11 @@ struct Response {
     fail @2 :Text;
     # esid gave up on the stream; the worker applies esi_fallback.
     purged @3 :Purged;
+    plan @5 :Plan;
+    # Answer to an open with an object whose plan esid holds: the worker
+    # replays it and sends no body; nothing more comes for this stream.  An
+    # open with an object and no plan is answered by an empty splice instead
+    # (the worker then sends the body, and esid records its plan).
     purgeOrder @4 :Purge;
     # esictl asked for a purge: the worker carries it out as it would an
     # HTTP purge (asking Request.purge itself) and reports Request.purgeDone
@@ -121,6 +138,27 @@ struct Purged {
   more @3 :Bool;
   # Another Purged for the same purge follows: a long list is split so that
   # each message fits the ring.
+}
+
+struct Plan {
+  length @0 :UInt64;
+  # Body bytes the plan describes; a body of another length drops it.
+  steps @1 :List(PlanStep);
+}
+
+struct PlanStep {
+  union {
+    verbatim :group {
+      offset @0 :UInt64;
+      length @1 :UInt64;
+    }
+    include @2 :Include;
+    check :group {
+      # These bytes must be at this offset, else the plan is dropped there.
+      offset @3 :UInt64;
+      bytes @4 :Data;
+    }
+  }
 }
 
 struct PurgeDone {

@@ -9,7 +9,7 @@ nlohmann::json Stats::toJson() const {
           {"streams", streams},         {"active_streams", activeStreams},
           {"bytes", bytes},             {"includes", includes},
           {"warnings", warnings},       {"errors", errors},
-          {"ring_full", ringFull}};
+          {"ring_full", ringFull},      {"planned", planned}};
 }
 
 }  // namespace esi

@@ -12,7 +12,8 @@ namespace esi {
 struct Stats {
   uint64_t connections = 0;      // worker connections accepted, ever
   uint64_t activeConnections = 0;
-  uint64_t streams = 0;          // streams opened, ever
+  uint64_t streams = 0;          // streams opened (bodies parsed), ever
+  uint64_t planned = 0;          // cache hits answered with a parse plan
   uint64_t activeStreams = 0;
   uint64_t bytes = 0;            // body bytes parsed
   uint64_t includes = 0;         // includes found

@@ -8,22 +8,38 @@
 
 namespace esi {
 
-Stream::Stream(std::string uri, std::string authority, Stats& stats)
-    : uri_(std::move(uri)), authority_(std::move(authority)), stats_(stats),
+Stream::Stream(std::string uri, std::string authority, Stats& stats, uint64_t base)
+    : uri_(std::move(uri)), authority_(std::move(authority)), stats_(stats), base_(base),
       parser_(*this) {}
+
+void Stream::record(size_t maxBytes) {
+  recording_ = true;
+  maxRecordBytes_ = maxBytes;
+}
 
 void Stream::feed(std::string_view bytes) {
   stats_.bytes += bytes.size();
+  if (recording_) {
+    if (body_.size() + bytes.size() > maxRecordBytes_) {
+      recording_ = false;
+      body_ = {};
+      recorded_ = {};
+    } else {
+      body_.append(bytes);
+    }
+  }
   parser_.feed(bytes);
 }
 
 void Stream::finish() { parser_.finish(); }
 
 std::vector<Instruction> Stream::takeInstructions() {
+  if (recording_) recorded_.insert(recorded_.end(), pending_.begin(), pending_.end());
   return std::exchange(pending_, {});
 }
 
 void Stream::verbatim(uint64_t offset, uint64_t length) {
+  offset += base_;
   // The wire carries 32-bit lengths; longer runs go out as several.
   constexpr uint64_t kMaxRun = std::numeric_limits<uint32_t>::max();
   while (length > 0) {

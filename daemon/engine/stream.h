@@ -33,14 +33,23 @@ using Instruction = std::variant<VerbatimRun, IncludeCall>;
 
 class Stream final : private ParserSink {
  public:
-  Stream(std::string uri, std::string authority, Stats& stats);
+  // base: the stream offset of the first byte fed (the worker dropped a
+  // plan there; the parse starts afresh, outside any construct).
+  Stream(std::string uri, std::string authority, Stats& stats, uint64_t base = 0);
 
   void feed(std::string_view bytes);
   void finish();
 
   // Instructions found since the last call, in stream order.
   std::vector<Instruction> takeInstructions();
-  uint64_t released() const { return parser_.released(); }
+  uint64_t released() const { return base_ + parser_.released(); }
+
+  // Keep the body and every instruction, for a parse plan, as long as the
+  // body stays within maxBytes; a longer body is not recorded.
+  void record(size_t maxBytes);
+  bool recording() const { return recording_; }
+  const std::string& recordedBody() const { return body_; }
+  const std::vector<Instruction>& recordedInstructions() const { return recorded_; }
 
  private:
   void verbatim(uint64_t offset, uint64_t length) override;
@@ -51,7 +60,12 @@ class Stream final : private ParserSink {
   const std::string uri_;
   const std::string authority_;
   Stats& stats_;
+  const uint64_t base_;
   std::vector<Instruction> pending_;
+  bool recording_ = false;
+  size_t maxRecordBytes_ = 0;
+  std::string body_;
+  std::vector<Instruction> recorded_;
   Parser parser_;
 };
 

@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   esi::PlanStore plans;
   esi::Control control(stats, purger, orders, plans);
   control.allowGroup(controlGroup(settings));
-  esi::Server server(loop, options, stats, purger, orders,
+  esi::Server server(loop, options, stats, purger, orders, plans,
                      [&control](std::string_view command, const esi::PeerCredentials& peer,
                                 const esi::ControlAnswerFn& answer) {
                        control.handle(command, peer, answer);

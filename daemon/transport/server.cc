@@ -157,7 +157,8 @@ class Server::Client {
     try {
       session_ = std::make_shared<WorkerSession>(
           server_.loop_, fd, server_.options_.ringSize, server_.stats_,
-          server_.purger_, server_.orders_, [this](std::string_view) { close(); });
+          server_.purger_, server_.orders_, server_.plans_,
+          [this](std::string_view) { close(); });
     } catch (const std::exception& e) {
       spdlog::error("cannot set up rings for a worker: {}", e.what());
       close();
@@ -225,9 +226,10 @@ class Server::Client {
 };
 
 Server::Server(uv_loop_t* loop, ServerOptions options, Stats& stats,
-               Purger& purger, PurgeOrders& orders, ControlHandler control)
+               Purger& purger, PurgeOrders& orders, PlanStore& plans,
+               ControlHandler control)
     : loop_(loop), options_(std::move(options)), stats_(stats), purger_(purger),
-      orders_(orders), control_(std::move(control)) {}
+      orders_(orders), plans_(plans), control_(std::move(control)) {}
 
 Server::~Server() { close(); }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/stats.h"
+#include "plans/plan_store.h"
 #include "transport/purge_orders.h"
 #include "variants/purger.h"
 
@@ -47,7 +48,7 @@ struct ServerOptions {
 class Server {
  public:
   Server(uv_loop_t* loop, ServerOptions options, Stats& stats, Purger& purger,
-         PurgeOrders& orders, ControlHandler control);
+         PurgeOrders& orders, PlanStore& plans, ControlHandler control);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -73,6 +74,7 @@ class Server {
   Stats& stats_;
   Purger& purger_;
   PurgeOrders& orders_;
+  PlanStore& plans_;
   ControlHandler control_;
   uv_pipe_t* listener_ = nullptr;
   bool ownsPath_ = false;

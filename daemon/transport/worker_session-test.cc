@@ -31,6 +31,8 @@ struct Received {
   std::vector<std::string> purgedFiles;  // hex names
   bool purgeDone = false;
   bool purgeScanned = false;
+  std::string plan;  // "V0+3 C3:<esi I[/x?] ..." as the steps came; "" none
+  uint64_t planLength = 0;
 };
 
 class TestWorker {
@@ -72,6 +74,24 @@ class TestWorker {
                           ESI_WIRE_OPEN_POINTERS, &o);
       esi_wire_set_text(&o, ESI_WIRE_OPEN_URI_PTR, uri.data(), uri.size());
       esi_wire_set_text(&o, ESI_WIRE_OPEN_AUTHORITY_PTR, authority.data(), authority.size());
+    });
+  }
+
+  // An open for a cache hit in plan zone "plans".
+  void openCached(uint32_t stream, const std::string& object, uint64_t base = 0,
+                  bool planFailed = false) {
+    send(stream, ESI_WIRE_REQUEST_OPEN_WHICH, [&](esi_wire_out_t* req) {
+      esi_wire_out_t o;
+      esi_wire_set_struct(req, ESI_WIRE_REQUEST_OPEN_PTR, ESI_WIRE_OPEN_DATA_WORDS,
+                          ESI_WIRE_OPEN_POINTERS, &o);
+      esi_wire_set_text(&o, ESI_WIRE_OPEN_URI_PTR, "/p", 2);
+      esi_wire_set_text(&o, ESI_WIRE_OPEN_AUTHORITY_PTR, "h", 1);
+      std::memcpy(esi_wire_alloc_data(&o, ESI_WIRE_OPEN_OBJECT_PTR, object.size()),
+                  object.data(), object.size());
+      esi_wire_set_text(&o, ESI_WIRE_OPEN_PLAN_ZONE_PTR, "plans", 5);
+      esi_wire_set_u64(&o, ESI_WIRE_OPEN_PLAN_ZONE_BYTES_OFFSET, 1 << 20);
+      esi_wire_set_u64(&o, ESI_WIRE_OPEN_BASE_OFFSET, base);
+      esi_wire_set_bool(&o, ESI_WIRE_OPEN_PLAN_FAILED_BIT, planFailed);
     });
   }
 
@@ -155,6 +175,11 @@ class TestWorker {
         esi_ring_release(&toWorker);
         continue;
       }
+      if (esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET) == ESI_WIRE_RESPONSE_PLAN_WHICH) {
+        drainPlan(&root);
+        esi_ring_release(&toWorker);
+        continue;
+      }
       ASSERT_EQ(esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET), ESI_WIRE_RESPONSE_SPLICE_WHICH);
       ASSERT_EQ(esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_SPLICE_PTR, &splice), 0);
       received.released = esi_wire_u64(&splice, ESI_WIRE_SPLICE_RELEASED_OFFSET);
@@ -177,6 +202,41 @@ class TestWorker {
         }
       }
       esi_ring_release(&toWorker);
+    }
+  }
+
+  void drainPlan(esi_wire_struct_t* root) {
+    esi_wire_struct_t plan, step, include;
+    esi_wire_list_t steps;
+    ASSERT_EQ(esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PLAN_PTR, &plan), 0);
+    ASSERT_EQ(esi_wire_get_list(&plan, ESI_WIRE_PLAN_STEPS_PTR, &steps), 0);
+    received.planLength = esi_wire_u64(&plan, ESI_WIRE_PLAN_LENGTH_OFFSET);
+    for (uint32_t i = 0; i < steps.count; ++i) {
+      esi_wire_list_at(&steps, i, &step);
+      if (!received.plan.empty()) received.plan += ' ';
+      switch (esi_wire_u16(&step, ESI_WIRE_PLAN_STEP_WHICH_OFFSET)) {
+        case ESI_WIRE_PLAN_STEP_VERBATIM_WHICH:
+          received.plan +=
+              "V" + std::to_string(esi_wire_u64(&step, ESI_WIRE_PLAN_STEP_VERBATIM_OFFSET_OFFSET)) +
+              "+" + std::to_string(esi_wire_u64(&step, ESI_WIRE_PLAN_STEP_VERBATIM_LENGTH_OFFSET));
+          break;
+        case ESI_WIRE_PLAN_STEP_CHECK_WHICH: {
+          const uint8_t* bytes;
+          size_t n;
+          ASSERT_EQ(esi_wire_get_data(&step, ESI_WIRE_PLAN_STEP_CHECK_BYTES_PTR, &bytes, &n), 0);
+          received.plan += "C" +
+              std::to_string(esi_wire_u64(&step, ESI_WIRE_PLAN_STEP_CHECK_OFFSET_OFFSET)) + ":" +
+              std::string(reinterpret_cast<const char*>(bytes), n);
+          break;
+        }
+        default: {
+          const char* path;
+          size_t n;
+          ASSERT_EQ(esi_wire_get_struct(&step, ESI_WIRE_PLAN_STEP_INCLUDE_PTR, &include), 0);
+          ASSERT_EQ(esi_wire_get_text(&include, ESI_WIRE_INCLUDE_PATH_PTR, &path, &n), 0);
+          received.plan += "I" + std::string(path, n);
+        }
+      }
     }
   }
 
@@ -219,7 +279,7 @@ class WorkerSessionTest : public ::testing::Test {
     ASSERT_EQ(uv_loop_init(&loop_), 0);
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets_), 0);
     session_ = std::make_shared<WorkerSession>(
-        &loop_, sockets_[0], 256 * 1024, stats_, purger_, orders_,
+        &loop_, sockets_[0], 256 * 1024, stats_, purger_, orders_, plans_,
         [this](std::string_view reason) { fatal_ = std::string(reason); });
     ASSERT_TRUE(session_->start());
     worker_ = std::make_unique<TestWorker>(sockets_[1]);
@@ -264,6 +324,7 @@ class WorkerSessionTest : public ::testing::Test {
   Stats stats_;
   Purger purger_{&loop_};
   PurgeOrders orders_;
+  PlanStore plans_;
   std::optional<std::string> fatal_;
   std::shared_ptr<WorkerSession> session_;
   std::unique_ptr<TestWorker> worker_;
@@ -320,6 +381,55 @@ TEST_F(WorkerSessionTest, StreamOpenedTwiceEndsTheSession) {
   worker_->open(4, "/", "h");
   serve();
   EXPECT_TRUE(fatal_);
+}
+
+const std::string kObject(40, 'o');
+
+TEST_F(WorkerSessionTest, FirstHitRecordsThePlanAndTheNextHitGetsIt) {
+  worker_->openCached(1, kObject);
+  serve();
+  EXPECT_TRUE(worker_->received.plan.empty());  // an empty splice: send the body
+  worker_->body(1, "ab<esi:include src=\"/x\"/>cd");
+  worker_->end(1);
+  serve();
+  EXPECT_EQ(worker_->received.assembled, "ab[/x?]cd");
+
+  worker_->openCached(2, kObject);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(worker_->received.plan, "V0+2 C2:<esi:include src=\"/x\"/> I/x V25+2");
+  EXPECT_EQ(worker_->received.planLength, 27u);
+  EXPECT_EQ(stats_.planned, 1u);
+  EXPECT_EQ(stats_.activeStreams, 0u);  // nothing more comes for stream 2
+}
+
+TEST_F(WorkerSessionTest, AFailedPlanIsForgottenAndTheRestParsedFromItsBase) {
+  worker_->openCached(1, kObject);
+  worker_->body(1, "ab<esi:include src=\"/x\"/>cd");
+  worker_->end(1);
+  serve();
+  worker_->openCached(2, kObject, 2, true);
+  worker_->body(2, "");  // offsets of stream 2 start at its base
+  serve();
+  EXPECT_FALSE(fatal_);
+  worker_->openCached(3, kObject);
+  serve();
+  EXPECT_TRUE(worker_->received.plan.empty()) << worker_->received.plan;
+  EXPECT_EQ(stats_.planned, 0u);
+}
+
+TEST_F(WorkerSessionTest, AnObjectIdentityOfTheWrongSizeEndsTheSession) {
+  worker_->openCached(1, std::string(39, 'o'));
+  serve();
+  ASSERT_TRUE(fatal_);
+  EXPECT_NE(fatal_->find("object identity"), std::string::npos);
+}
+
+TEST_F(WorkerSessionTest, ABaseWithoutAFailedPlanEndsTheSession) {
+  worker_->openCached(1, kObject, 5);
+  serve();
+  ASSERT_TRUE(fatal_);
+  EXPECT_NE(fatal_->find("base"), std::string::npos);
 }
 
 // A cache file as NGINX writes it: header, KEY line, response.

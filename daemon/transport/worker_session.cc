@@ -25,6 +25,9 @@ constexpr size_t kMaxOpenFieldBytes = 16 * 1024;
 constexpr size_t kMaxKeyBytes = 64 * 1024;
 // File names per Purged message: 256 KiB, well inside the smallest ring.
 constexpr size_t kFilesPerPurged = 16 * 1024;
+// A body esid keeps whole while it records the body's plan; a longer one is
+// parsed every time.
+constexpr size_t kMaxRecordedBody = 16 << 20;
 
 bool tooLong(capnp::Text::Reader text, size_t limit) { return text.size() > limit; }
 
@@ -50,12 +53,20 @@ size_t instructionBytes(const Instruction& instruction) {
   return kFixed;
 }
 
+void setInclude(wire::Include::Builder include, const IncludeCall& call) {
+  include.setPath(call.path);
+  include.setArgs(call.args);
+  include.setAltPath(call.altPath);
+  include.setAltArgs(call.altArgs);
+  include.setContinueOnError(call.continueOnError);
+}
+
 }  // namespace
 
 WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
                              Stats& stats, Purger& purger, PurgeOrders& orders,
-                             FatalHandler onFatal)
-    : socketFd_(socketFd), stats_(stats), purger_(purger), orders_(orders),
+                             PlanStore& plans, FatalHandler onFatal)
+    : socketFd_(socketFd), stats_(stats), purger_(purger), orders_(orders), plans_(plans),
       onFatal_(std::move(onFatal)),
       rings_(ringSize), poll_(new uv_poll_t) {
   uv_poll_init(loop, poll_, rings_.daemonEventfd());
@@ -238,30 +249,8 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length,
     }
 
     switch (request.which()) {
-      case wire::Request::OPEN: {
-        auto open = request.getOpen();
-        auto uri = open.getUri();
-        auto authority = open.getAuthority();
-        if (uri.size() > kMaxOpenFieldBytes || authority.size() > kMaxOpenFieldBytes) {
-          violation("open: uri or authority too long");
-          return false;
-        }
-        if (streams_.size() >= kMaxStreamsPerWorker) {
-          violation("too many open streams");
-          return false;
-        }
-        auto [it, fresh] = streams_.try_emplace(id);
-        if (!fresh) {
-          violation("stream opened twice");
-          return false;
-        }
-        it->second.stream = std::make_unique<Stream>(
-            std::string(uri.cStr(), uri.size()),
-            std::string(authority.cStr(), authority.size()), stats_);
-        ++stats_.streams;
-        ++stats_.activeStreams;
-        return true;
-      }
+      case wire::Request::OPEN:
+        return handleOpen(id, request.getOpen());
       case wire::Request::BODY: {
         auto it = streams_.find(id);
         if (it == streams_.end()) {
@@ -282,6 +271,7 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length,
         }
         it->second.stream->finish();
         sendSplice(id, it->second, true);
+        if (it->second.plan) recordPlan(*it->second.plan, *it->second.stream);
         streams_.erase(it);
         --stats_.activeStreams;
         return true;
@@ -304,6 +294,100 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length,
     violation(e.getDescription().cStr());
     return false;
   }
+}
+
+bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
+  auto uri = open.getUri();
+  auto authority = open.getAuthority();
+  auto object = open.getObject();
+  auto planZone = open.getPlanZone();
+  if (tooLong(uri, kMaxOpenFieldBytes) || tooLong(authority, kMaxOpenFieldBytes) ||
+      tooLong(planZone, kMaxOpenFieldBytes)) {
+    violation("open: uri, authority or plan zone too long");
+    return false;
+  }
+  if (streams_.size() >= kMaxStreamsPerWorker) {
+    violation("too many open streams");
+    return false;
+  }
+  if (streams_.contains(id)) {
+    violation("stream opened twice");
+    return false;
+  }
+
+  std::optional<PlanKey> planKey;
+  if (object.size() != 0) {
+    auto objectId = ObjectId::fromWire(
+        std::string_view(reinterpret_cast<const char*>(object.begin()), object.size()));
+    if (!objectId || planZone.size() == 0) {
+      violation("open: malformed object identity or no plan zone");
+      return false;
+    }
+    planKey = PlanKey{std::string(planZone.cStr(), planZone.size()), *objectId};
+    plans_.configureZone(planKey->zone, open.getPlanZoneBytes());
+    if (open.getPlanFailed()) {
+      spdlog::info("{}: the worker found that its plan does not match the body at byte {}; "
+                   "plan dropped", uri.cStr(), open.getBase());
+      plans_.drop(planKey->zone, planKey->id);
+      planKey.reset();
+    } else if (open.getBase() != 0) {
+      violation("open: a base offset without a failed plan");
+      return false;
+    } else if (auto plan = plans_.find(planKey->zone, planKey->id)) {
+      ++stats_.planned;
+      sendPlan(id, *plan);
+      return true;
+    }
+  }
+
+  StreamEntry& entry = streams_[id];
+  entry.stream = std::make_unique<Stream>(std::string(uri.cStr(), uri.size()),
+                                          std::string(authority.cStr(), authority.size()),
+                                          stats_, open.getBase());
+  ++stats_.streams;
+  ++stats_.activeStreams;
+  if (planKey) {
+    // No plan yet: the worker waits for this (empty) answer before it sends
+    // the body, which esid keeps to record the plan from.
+    entry.stream->record(kMaxRecordedBody);
+    entry.plan = std::move(planKey);
+    sendSplice(id, entry, false);
+  }
+  return true;
+}
+
+void WorkerSession::recordPlan(const PlanKey& key, const Stream& stream) {
+  if (!stream.recording()) return;  // the body outgrew what a plan may keep
+  std::optional<Plan> plan = buildPlan(stream.recordedInstructions(), stream.recordedBody());
+  if (!plan) return;
+  // A plan travels as one message: it must fit the ring with room to spare.
+  if (plan->bytes() > esi_ring_max_payload(&rings_.responses()) / 2) return;
+  plans_.record(key.zone, key.id, std::move(*plan));
+}
+
+void WorkerSession::sendPlan(uint32_t id, const Plan& plan) {
+  capnp::MallocMessageBuilder message;
+  auto response = message.initRoot<wire::Response>();
+  response.setStream(id);
+  auto body = response.initPlan();
+  body.setLength(plan.length);
+  auto steps = body.initSteps(static_cast<unsigned>(plan.steps.size()));
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep& step = plan.steps[i];
+    if (auto* run = std::get_if<VerbatimRun>(&step)) {
+      auto verbatim = steps[i].initVerbatim();
+      verbatim.setOffset(run->offset);
+      verbatim.setLength(run->length);
+    } else if (auto* check = std::get_if<PlanCheck>(&step)) {
+      auto c = steps[i].initCheck();
+      c.setOffset(check->offset);
+      c.setBytes(kj::arrayPtr(reinterpret_cast<const kj::byte*>(check->bytes.data()),
+                              check->bytes.size()));
+    } else {
+      setInclude(steps[i].initInclude(), std::get<IncludeCall>(step));
+    }
+  }
+  send(message);
 }
 
 bool WorkerSession::handleZone(wire::Zone::Reader zone) {
@@ -451,13 +535,7 @@ void WorkerSession::sendSplice(uint32_t id, StreamEntry& entry, bool last) {
         verbatim.setOffset(run->offset);
         verbatim.setLength(run->length);
       } else {
-        const auto& call = std::get<IncludeCall>(instruction);
-        auto include = list[i].initInclude();
-        include.setPath(call.path);
-        include.setArgs(call.args);
-        include.setAltPath(call.altPath);
-        include.setAltArgs(call.altArgs);
-        include.setContinueOnError(call.continueOnError);
+        setInclude(list[i].initInclude(), std::get<IncludeCall>(instruction));
       }
     }
     send(message);

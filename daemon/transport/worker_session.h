@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -20,6 +21,7 @@
 #include "engine/stats.h"
 #include "engine/stream.h"
 #include "esi.capnp.h"
+#include "plans/plan_store.h"
 #include "transport/purge_orders.h"
 #include "transport/shared_rings.h"
 #include "variants/purger.h"
@@ -34,7 +36,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
 
   // Throws std::system_error when the rings cannot be created.
   WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize, Stats& stats,
-                Purger& purger, PurgeOrders& orders, FatalHandler onFatal);
+                Purger& purger, PurgeOrders& orders, PlanStore& plans,
+                FatalHandler onFatal);
   ~WorkerSession() override;
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;
@@ -53,9 +56,15 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   bool takePurgeOrder(uint32_t order, const PurgeQuery& query) override;
 
  private:
+  // The plan a stream records, once it ends.
+  struct PlanKey {
+    std::string zone;
+    ObjectId id;
+  };
   struct StreamEntry {
     std::unique_ptr<Stream> stream;
     uint64_t releasedSent = 0;
+    std::optional<PlanKey> plan;
   };
 
   static void onPoll(uv_poll_t* handle, int status, int events);
@@ -63,6 +72,9 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   bool drainRequests(size_t& turn);
   // reportsOnly: the stream is over; only zone and stored records count.
   bool handleRequest(const uint8_t* payload, uint32_t length, bool reportsOnly = false);
+  bool handleOpen(uint32_t id, wire::Open::Reader open);
+  void sendPlan(uint32_t id, const Plan& plan);
+  void recordPlan(const PlanKey& key, const Stream& stream);
   bool handleZone(wire::Zone::Reader zone);
   bool handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done);
   bool handleStored(wire::Stored::Reader stored);
@@ -77,6 +89,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   Stats& stats_;
   Purger& purger_;
   PurgeOrders& orders_;
+  PlanStore& plans_;
   FatalHandler onFatal_;
   SharedRings rings_;
   uv_poll_t* poll_;

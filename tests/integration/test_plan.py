@@ -1,0 +1,183 @@
+"""Parse plans (esi_plan): the first cache hit records where the page's
+constructs are, later hits replay it without sending esid a byte of the
+page; a plan that does not match the body it meets is dropped where it
+stops matching and the rest is parsed, so the response is always right."""
+
+import glob
+import os
+import unittest
+
+from harness import EsiTestCase, poll
+
+INCLUDES = ['<esi:include src="/esi/a"/>', '<esi:include src="/esi/b"/>',
+            '<esi:remove>gone</esi:remove>', '<!--esi <b>kept</b> -->',
+            '<esi:include src="/esi/c" onerror="continue"/>']
+
+
+def page(filler=40):
+    """Text, then each construct, then text."""
+    text = "".join("<p>para %d %s</p>\n" % (i, "x" * filler)
+                   for i in range(3))
+    return text + text.join(INCLUDES) + text
+
+
+def assembled(body):
+    return (body.replace(INCLUDES[0], "A").replace(INCLUDES[1], "B")
+            .replace(INCLUDES[2], "").replace(INCLUDES[3], " <b>kept</b> ")
+            .replace("<esi:remove>GONE</esi:remove>", "")
+            .replace('<esi:include src="/esi/a" onerror="continue"/>', "A")
+            .replace(INCLUDES[4], "C"))
+
+
+class PlanTestCase(EsiTestCase):
+    HTTP = "esi_plan_zone plans:1m;"
+    LOCATION = "esi_plan plans;"
+
+    def setUp(self):
+        super().setUp()
+        # plain text: fragments are not parsed, so esid's byte count is
+        # the pages' alone
+        for name in "abc":
+            self.origin.route("/esi/" + name, name.upper(),
+                              content_type="text/plain")
+
+    def hit(self, path, expected, status="HIT"):
+        code, headers, body = self.get(path)
+        self.assertEqual(code, 200)
+        self.assertEqual(headers.get("X-Cache-Status"), status)
+        self.assertEqual(body, expected.encode())
+
+    def counters(self):
+        stats = self.stats_json()
+        return stats["planned"], stats["bytes"]
+
+    def cache_file(self):
+        files = [f for f in glob.glob(os.path.join(self.tmp, "cache", "**"),
+                                      recursive=True) if os.path.isfile(f)]
+        self.assertEqual(len(files), 1, files)
+        return files[0]
+
+    def rewrite_cached_body(self, old, new):
+        """The same object on disk (same key, Date, size, header size)
+        with other bytes: what a plan cannot tell from its key.  Returns
+        a function that puts the original back."""
+        self.assertEqual(len(old), len(new))
+        path = self.cache_file()
+        with open(path, "rb") as f:
+            data = f.read()
+        self.assertEqual(data.count(old.encode()), 1)
+        with open(path, "wb") as f:
+            f.write(data.replace(old.encode(), new.encode()))
+
+        def restore():
+            with open(path, "wb") as f:
+                f.write(data)
+        return restore
+
+
+class PlanTest(PlanTestCase):
+
+    def test_later_hits_replay_the_plan_without_sending_the_page(self):
+        body = page()
+        self.origin.route("/p", body)
+        self.hit("/p", assembled(body), "MISS")
+        self.hit("/p", assembled(body))          # parsed, plan recorded
+        planned, parsed = self.counters()
+        self.assertEqual(planned, 0)
+        for _ in range(3):
+            self.hit("/p", assembled(body))
+        planned2, parsed2 = self.counters()
+        self.assertEqual(planned2, 3)
+        self.assertEqual(parsed2, parsed, "page bytes reached esid")
+
+    def test_nothing_is_recorded_on_a_miss(self):
+        body = page()
+        self.origin.route("/p", body)
+        self.hit("/p", assembled(body), "MISS")
+        self.hit("/p", assembled(body))
+        self.assertEqual(self.counters()[0], 0,
+                         "the first hit was planned: the miss recorded")
+
+    def test_page_without_esi_replays(self):
+        body = "<html><body>" + "<p>plain &lt; text</p>\n" * 500 + \
+            "</body></html>"
+        self.origin.route("/plain", body)
+        for status in ("MISS", "HIT", "HIT", "HIT"):
+            self.hit("/plain", body, status)
+        self.assertEqual(self.counters()[0], 2)
+
+    def test_large_page_replays_across_buffers(self):
+        # 300 KB: read from the cache file in several buffers, constructs
+        # and checks straddling their edges somewhere
+        body = page(filler=20000)
+        self.origin.route("/big", body)
+        for status in ("MISS", "HIT", "HIT", "HIT"):
+            self.hit("/big", assembled(body), status)
+        self.assertEqual(self.counters()[0], 2)
+
+    def test_gzipped_cached_page_replays(self):
+        body = page()
+        self.origin.route("/gz", body, gzip=True)
+        for status in ("MISS", "HIT", "HIT"):
+            self.hit("/gz", assembled(body), status)
+        self.assertEqual(self.counters()[0], 1)
+
+    def test_a_construct_that_differs_drops_the_plan_at_it(self):
+        """Forced collision: same key, Date, size and header size, other
+        bytes in each construct in turn; every response is the new page
+        assembled, and the log says where the plan was dropped."""
+        body = page()
+        self.origin.route("/p", body)
+        self.hit("/p", assembled(body), "MISS")
+        original = body
+        replacements = [
+            (INCLUDES[0], '<esi:include src="/esi/b"/>'),
+            (INCLUDES[1], '<esi:include src="/esi/a"/>'),
+            (INCLUDES[2], '<esi:remove>GONE</esi:remove>'),
+            (INCLUDES[3], '<!--ESI <b>kept</b> -->'),   # a plain comment
+            (INCLUDES[4], '<esi:include src="/esi/a" onerror="continue"/>'),
+        ]
+        drops = 0
+        for old, new in replacements:
+            self.hit("/p", assembled(original))   # records
+            self.hit("/p", assembled(original))   # replays
+            restore = self.rewrite_cached_body(old, new)
+            self.hit("/p", assembled(original.replace(old, new)))
+            drops += 1
+            at = original.index(old)
+            self.assertTrue(poll(lambda: self.error_log().count(
+                "plan dropped at byte ") >= drops))
+            self.assertIn("plan dropped at byte %d: a construct differs"
+                          % at, self.error_log())
+            restore()
+
+
+class TinyZoneTest(PlanTestCase):
+    """A zone too small for every plan keeps the most recently used."""
+    HTTP = "esi_plan_zone plans:64k;"
+
+    def test_plans_are_evicted_and_responses_stay_right(self):
+        # each plan holds ~40 includes and checks: a few KB
+        include = '<esi:include src="/esi/a"/>'
+        bodies = {}
+        for i in range(40):
+            bodies["/e%d" % i] = ("<p>%d</p>" % i) + \
+                ("<b>x</b>" + include) * 40
+            self.origin.route("/e%d" % i, bodies["/e%d" % i])
+        for path, body in bodies.items():
+            want = body.replace(include, "A")
+            self.hit(path, want, "MISS")
+            self.hit(path, want)      # records, evicting older plans
+            self.hit(path, want)      # replays
+        r = self.esictl("plans", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        import json
+        zone = json.loads(r.stdout)["plans"]
+        self.assertGreater(zone["evictions"], 0)
+        self.assertLessEqual(zone["bytes"], 64 * 1024)
+        self.assertLess(zone["entries"], 40)
+        self.assertEqual(self.counters()[0], 40)
+
+
+if __name__ == "__main__":
+    unittest.main()
