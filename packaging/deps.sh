@@ -13,7 +13,7 @@ packages=(
     nginx nginx-dev libnginx-mod-http-echo
     libuv1-dev zlib1g-dev capnproto libcapnp-dev
     libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libcli11-dev
-    nlohmann-json3-dev libssl-dev libpcre2-dev
+    nlohmann-json3-dev libssl-dev libpcre2-dev libre2-dev
     clang libclang-rt-14-dev llvm-14
     systemd
     debhelper dpkg-dev lintian rpm wrk
