@@ -20,6 +20,8 @@ struct Stats {
   uint64_t warnings = 0;         // odd markup passed over
   uint64_t errors = 0;           // refused includes and protocol violations
   uint64_t ringFull = 0;         // answers that had to wait for ring space
+  uint64_t ringBytesIn = 0;      // message bytes read from the workers' rings
+  uint64_t ringBytesOut = 0;     // and written to them
 
   nlohmann::json toJson() const;
 };

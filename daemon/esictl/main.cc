@@ -175,6 +175,9 @@ constexpr Metric kMetrics[] = {
     {"warnings", "warnings_total", "counter", "Odd markup passed over."},
     {"errors", "errors_total", "counter", "Refused includes and protocol violations."},
     {"ring_full", "ring_full_total", "counter", "Answers that had to wait for ring space."},
+    {"planned", "planned_total", "counter", "Cache hits answered with a parse plan."},
+    {"ring_bytes_in", "ring_in_bytes_total", "counter", "Message bytes read from workers' rings."},
+    {"ring_bytes_out", "ring_out_bytes_total", "counter", "Message bytes written to workers' rings."},
 };
 
 // Prometheus text exposition format 0.0.4.  Keys esictl does not know yet

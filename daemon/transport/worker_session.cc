@@ -214,6 +214,7 @@ bool WorkerSession::drainRequests(size_t& turn) {
       case ESI_RING_OK:
         break;
     }
+    stats_.ringBytesIn += length;
     if (!handleRequest(payload, length)) return false;
     if (esi_ring_release(&rings_.requests())) rings_.wakeWorker();
     --turn;
@@ -573,6 +574,7 @@ void WorkerSession::flushPending() {
       return;
     }
     std::memcpy(slot, bytes.begin(), length);
+    stats_.ringBytesOut += length;
     if (esi_ring_commit(&ring, length)) rings_.wakeWorker();
     pending_.pop_front();
   }

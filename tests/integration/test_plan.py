@@ -90,6 +90,18 @@ class PlanTest(PlanTestCase):
         self.assertEqual(planned2, 3)
         self.assertEqual(parsed2, parsed, "page bytes reached esid")
 
+    def test_a_planned_hit_sends_esid_less_than_its_page(self):
+        body = page(filler=2000)
+        self.origin.route("/p", body)
+        for status in ("MISS", "HIT", "HIT"):
+            self.hit("/p", assembled(body), status)
+        before = self.stats_json()["ring_bytes_in"]
+        self.hit("/p", assembled(body))
+        sent = self.stats_json()["ring_bytes_in"] - before
+        self.assertGreater(sent, 0)
+        self.assertLess(sent, 256, "bytes to esid for a %d byte page" %
+                        len(body))
+
     def test_nothing_is_recorded_on_a_miss(self):
         body = page()
         self.origin.route("/p", body)
