@@ -95,6 +95,8 @@ typedef struct {
     ngx_uint_t                 fallback;
     size_t                     buffer_size;
     ngx_int_t                  max_depth;
+    ngx_uint_t                 max_includes;
+    off_t                      max_page_size;
 
     ngx_hash_t                 types;
     ngx_array_t               *types_keys;
@@ -193,6 +195,7 @@ typedef struct {
     off_t                      plan_pos;    /* run or skipped up to here */
     off_t                      plan_length;
     off_t                      base;        /* first byte esid parses */
+    ngx_uint_t                 includes;    /* issued, alt= not counted */
 
     z_stream                   zstream;     /* a gzipped body's inflate */
     ngx_buf_t                 *zbuf;        /* being inflated into */
@@ -508,6 +511,20 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       ngx_conf_set_num_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_loc_conf_t, max_depth),
+      NULL },
+
+    { ngx_string("esi_max_includes"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, max_includes),
+      NULL },
+
+    { ngx_string("esi_max_page_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, max_page_size),
       NULL },
 
     { ngx_string("esi_fallback"),
@@ -2779,6 +2796,7 @@ ngx_http_esi_fail(ngx_http_esi_ctx_t *ctx)
     ngx_http_esi_forget(ctx);
 
     ctx->failed = 1;
+    ctx->planned = 0;
 
     ngx_http_esi_schedule(ctx);
 }
@@ -3508,9 +3526,10 @@ ngx_http_esi_cleanup(void *data)
 static ngx_int_t
 ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    ngx_int_t            rc;
-    ngx_chain_t         *cl, *zin;
-    ngx_http_esi_ctx_t  *ctx;
+    ngx_int_t                 rc;
+    ngx_chain_t              *cl, *zin;
+    ngx_http_esi_ctx_t       *ctx;
+    ngx_http_esi_loc_conf_t  *elcf;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
 
@@ -3564,6 +3583,16 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     if (!ctx->failed && !ctx->fallen) {
         if (ngx_http_esi_hold(r, ctx, in) != NGX_OK) {
             return NGX_ERROR;
+        }
+
+        elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+        if (elcf->max_page_size && ctx->received > elcf->max_page_size) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: \"%V\" is larger than esi_max_page_size "
+                          "%O, esi_fallback applies", &r->uri,
+                          elcf->max_page_size);
+            ngx_http_esi_fail(ctx);
         }
 
         if (ctx->planned && ngx_http_esi_plan_run(ctx) != NGX_OK) {
@@ -4114,7 +4143,7 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_http_esi_insn_t *insn, ngx_uint_t alt)
 {
     ngx_str_t                   *path, *args;
-    ngx_http_request_t          *sr;
+    ngx_http_request_t          *sr, *pr;
     ngx_http_esi_ctx_t          *sctx;
     ngx_http_esi_loc_conf_t     *elcf;
     ngx_http_post_subrequest_t  *psr;
@@ -4135,6 +4164,30 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
                       "esi: include \"%V\" exceeds esi_max_depth %i",
                       path, elcf->max_depth);
         return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    if (!alt && ++ctx->includes > elcf->max_includes) {
+        if (ctx->includes == elcf->max_includes + 1) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: \"%V\" has more than %ui includes "
+                          "(esi_max_includes), the rest fail",
+                          &r->uri, elcf->max_includes);
+        }
+
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    for (pr = r; pr; pr = pr->parent) {
+        if (pr->uri.len == path->len
+            && ngx_strncmp(pr->uri.data, path->data, path->len) == 0
+            && pr->args.len == args->len
+            && ngx_strncmp(pr->args.data, args->data, args->len) == 0)
+        {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: include \"%V\" would include itself "
+                          "(a loop), refused", path);
+            return ngx_http_esi_include_failed(r, ctx, insn, alt);
+        }
     }
 
     /* what came before the include goes first, ordered by postpone */
@@ -5479,6 +5532,8 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->fallback = NGX_CONF_UNSET_UINT;
     elcf->buffer_size = NGX_CONF_UNSET_SIZE;
     elcf->max_depth = NGX_CONF_UNSET;
+    elcf->max_includes = NGX_CONF_UNSET_UINT;
+    elcf->max_page_size = NGX_CONF_UNSET;
     elcf->plan = NGX_CONF_UNSET_PTR;
 
     return elcf;
@@ -5504,6 +5559,9 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_size_value(conf->buffer_size, prev->buffer_size,
                               16 * 1024);
     ngx_conf_merge_value(conf->max_depth, prev->max_depth, 5);
+    ngx_conf_merge_uint_value(conf->max_includes, prev->max_includes, 256);
+    ngx_conf_merge_off_value(conf->max_page_size, prev->max_page_size,
+                             64 * 1024 * 1024);
     ngx_conf_merge_ptr_value(conf->plan, prev->plan, NULL);
 
     if (conf->buffer_size < 8) {
