@@ -1,0 +1,331 @@
+"""Faults under load: bounded wrk runs on 127.0.0.1 against an ESI page with
+includes, two nginx workers, while esid is SIGKILLed and restarted over and
+over, SIGSTOPped past esi_daemon_timeout, or given rings so small that they
+are full all the time.
+
+wrk's counts are not trusted alone: check_bodies.lua compares every body
+with the bodies a client may get (the assembled page, or with the default
+esi_fallback passthrough the page assembled up to where esid failed and
+passed through unprocessed from there).  Every run must end with zero
+socket errors and timeouts, every body allowed, and the workers alive (the
+harness also fails a test whose error.log shows a worker exiting on a
+signal or an [alert]).  Nothing asserts on time: faults are paced by what
+esid has done (its stream counter) and by what the error log says.
+"""
+
+import mmap
+import os
+import shutil
+import signal
+import struct
+import sys
+import time
+import unittest
+
+from harness import EsiTestCase, poll
+
+WRK = shutil.which("wrk") or "/usr/bin/wrk"
+CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "check_bodies.lua")
+# Hang guards: a request slower than this counts as a wrk timeout, which
+# fails the test; a wrk run may take this much longer than asked for.
+WRK_TIMEOUT = 10
+WRK_GRACE = 30.0
+# Streams a fresh (or resumed) esid serves before the next fault.
+STREAMS_BEFORE_FAULT = 20
+
+# The module's error.log lines this file waits for.
+ATTACHED = "esi: attached to esid"
+GAVE_UP = "did not answer stream"
+
+
+class Page:
+    """An ESI page: texts around includes of plain fragments.
+
+    A client gets the assembled page, or, when esid fails mid-stream under
+    esi_fallback passthrough, the page assembled up to some point and the
+    raw page from there: since a cut inside a text gives the same bytes as a
+    cut at its start, the allowed bodies are "assembled up to include j,
+    raw from text j on" for each j, the raw page (j = 0) and the assembled
+    page (j = n) included."""
+
+    def __init__(self, path, texts, fragments):
+        assert len(texts) == len(fragments) + 1
+        self.path = path
+        self.texts = [t.encode() for t in texts]
+        self.fragments = [(src, body.encode()) for src, body in fragments]
+        self.tags = [b'<esi:include src="%s"/>' % src.encode()
+                     for src, _ in fragments]
+
+    @classmethod
+    def build(cls, path, includes, text_bytes):
+        """`includes` fragments under /esi/, texts of about `text_bytes`
+        each, every line numbered so that no two cuts look alike."""
+        texts = []
+        for i in range(includes + 1):
+            line = "<p>text %d line %%d</p>\n" % i
+            text, n = "", 0
+            while len(text) < text_bytes:
+                text += line % n
+                n += 1
+            texts.append(text)
+        fragments = [("/esi/f%d" % i, "<b>fragment %d</b>" % i)
+                     for i in range(1, includes + 1)]
+        return cls(path, texts, fragments)
+
+    def serve(self, origin):
+        origin.route(self.path, self.raw)
+        for src, body in self.fragments:
+            origin.route(src, body)
+
+    def assembled_up_to(self, j):
+        out = [self.texts[0]]
+        for i in range(len(self.tags)):
+            out.append(self.fragments[i][1] if i < j else self.tags[i])
+            out.append(self.texts[i + 1])
+        return b"".join(out)
+
+    @property
+    def raw(self):
+        return self.assembled_up_to(0)
+
+    @property
+    def processed(self):
+        return self.assembled_up_to(len(self.tags))
+
+    def allowed(self):
+        return [self.assembled_up_to(j) for j in range(len(self.tags) + 1)]
+
+
+class WrkChecks:
+    """Checked wrk runs for an EsiTestCase."""
+
+    def wrk(self, path, allowed, seconds=3, connections=8, during=None):
+        """wrk on `path` for `seconds`, every response checked against the
+        `allowed` bodies.  `during(wrk)`, when given, is called over and
+        over while wrk runs (it injects the faults and must poll, bounded,
+        on `wrk.alive()`).  Returns the checker's tallies, a dict."""
+        self.start()
+        runs = getattr(self, "_wrk_runs", 0) + 1
+        self._wrk_runs = runs
+        out = os.path.join(self.tmp, "wrk-%d" % runs)
+        files = []
+        for i, body in enumerate(allowed):
+            files.append("%s.allowed-%d" % (out, i + 1))
+            with open(files[-1], "wb") as f:
+                f.write(body)
+        wrk = self.spawn("wrk-%d" % runs, [
+            WRK, "-t", "2", "-c", str(connections), "-d", "%ds" % seconds,
+            "--timeout", "%ds" % WRK_TIMEOUT, "-s", CHECKER,
+            "http://%s%s" % (self.host, path), "--", out] + files)
+        deadline = time.monotonic() + seconds + WRK_GRACE
+        while during is not None and wrk.alive() and \
+                time.monotonic() < deadline:
+            during(wrk)
+        if not poll(lambda: not wrk.alive(), bound=seconds + WRK_GRACE):
+            self.fail("wrk did not finish within %ss" % (seconds + WRK_GRACE))
+        tallies = {}
+        try:
+            with open(out) as f:
+                for line in f:
+                    name, value = line.split()
+                    tallies[name] = int(value)
+        except OSError as e:
+            self.fail("wrk left no tallies (%s):\n%s" % (e, wrk.stderr()))
+        tallies["bad_samples"] = sorted(
+            os.path.join(self.tmp, n) for n in os.listdir(self.tmp)
+            if n.startswith(os.path.basename(out) + ".bad-"))
+        return tallies
+
+    def running_workers(self):
+        """Pids of all WORKERS workers, once they all run."""
+        self.start()
+        workers = poll(lambda: (lambda w: w if len(w) == self.WORKERS
+                                else None)(self.worker_pids()))
+        if not workers:
+            self.fail("not %d workers: %r" % (self.WORKERS,
+                                               self.worker_pids()))
+        return workers
+
+    def assertAllAllowed(self, tallies):
+        """No socket error or timeout, every response a 200 with an allowed
+        body, and at least one response."""
+        errors = {k: v for k, v in tallies.items()
+                  if k.startswith("errors_") and v}
+        self.assertEqual(errors, {}, "wrk saw errors: %r" % tallies)
+        self.assertGreater(tallies["requests"], 0, tallies)
+        samples = []
+        for path in tallies["bad_samples"][:3]:
+            with open(path, "rb") as f:
+                samples.append(f.read(600))
+        self.assertEqual(tallies["bad"], 0, "bodies not allowed: %r\n%r" % (
+            tallies, samples))
+        self.assertEqual(tallies["good"], tallies["requests"], tallies)
+
+    def report(self, what, **figures):
+        """One line of figures on stderr, for tests/README.md."""
+        sys.stderr.write("\n  %s: %s\n" % (what, ", ".join(
+            "%s=%s" % kv for kv in sorted(figures.items()))))
+
+
+class LoadTestCase(WrkChecks, EsiTestCase):
+    WORKERS = 2
+    HTTP = "esi_daemon_timeout 300ms;"
+    ESID_ARGS = ("--log-level", "info")
+    PAGE = Page.build("/page", includes=4, text_bytes=20000)
+
+    def setUp(self):
+        super().setUp()
+        self.PAGE.serve(self.origin)
+
+    def warm_up(self):
+        """The page served assembled once; returns the workers' pids."""
+        self.assertBody(self.PAGE.path, self.PAGE.processed)
+        return self.running_workers()
+
+    def hits(self, tallies):
+        """How many responses were each allowed body, raw page first."""
+        return [tallies.get("allowed_%d" % (j + 1), 0)
+                for j in range(len(self.PAGE.tags) + 1)]
+
+    def streams_served(self):
+        return self.stats_json()["streams"]
+
+
+class EsidKilledUnderLoadTest(LoadTestCase):
+
+    def test_esid_killed_and_restarted_over_and_over_under_load(self):
+        workers = self.warm_up()
+        kills = []
+
+        def kill_when_busy(wrk):
+            # Each esid serves pages under load before it is killed.
+            poll(lambda: not wrk.alive()
+                 or self.streams_served() >= STREAMS_BEFORE_FAULT,
+                 bound=WRK_GRACE, interval=0.05)
+            if wrk.alive():
+                self.esid.kill()
+                kills.append(self.esid.pid)
+                self.start_esid()
+
+        tallies = self.wrk(self.PAGE.path, self.PAGE.allowed(),
+                           during=kill_when_busy)
+        self.report("SIGKILL under load", kills=len(kills),
+                    requests=tallies["requests"], bodies=self.hits(tallies))
+        self.assertAllAllowed(tallies)
+        self.assertGreaterEqual(len(kills), 2)
+        self.assertEqual(self.worker_pids(), workers)
+        # Recovered: the last esid assembles pages again.
+        self.assertBody(self.PAGE.path, self.PAGE.processed)
+
+
+class EsidStoppedUnderLoadTest(LoadTestCase):
+
+    def test_esid_stopped_past_the_daemon_timeout_under_load(self):
+        workers = self.warm_up()
+        stops = []
+
+        def stop_past_timeout(wrk):
+            served = self.streams_served()
+            poll(lambda: not wrk.alive()
+                 or self.streams_served() >= served + STREAMS_BEFORE_FAULT,
+                 bound=WRK_GRACE, interval=0.05)
+            if not wrk.alive():
+                return
+            before = self.error_log().count(GAVE_UP)
+
+            def gave_up():
+                return self.error_log().count(GAVE_UP) > before
+
+            self.esid.signal(signal.SIGSTOP)
+            try:
+                # Stopped until a worker has given up on it.
+                poll(lambda: gave_up() or not wrk.alive(), bound=WRK_GRACE,
+                     interval=0.05)
+                stops.append(gave_up())
+            finally:
+                self.esid.signal(signal.SIGCONT)
+
+        tallies = self.wrk(self.PAGE.path, self.PAGE.allowed(),
+                           during=stop_past_timeout)
+        self.report("SIGSTOP under load", stops=len(stops),
+                    timed_out=stops.count(True),
+                    requests=tallies["requests"], bodies=self.hits(tallies))
+        self.assertAllAllowed(tallies)
+        self.assertIn(True, stops, "no worker gave up on a stopped esid")
+        self.assertEqual(self.worker_pids(), workers)
+        self.assertBody(self.PAGE.path, self.PAGE.processed)
+
+
+def ring_headers(pid):
+    """The ring header page of every esid memfd, mapped read-only."""
+    headers = []
+    fd_dir = "/proc/%d/fd" % pid
+    for name in os.listdir(fd_dir):
+        try:
+            if not os.readlink(os.path.join(fd_dir, name)).startswith(
+                    "/memfd:esid-rings"):
+                continue
+            fd = os.open(os.path.join(fd_dir, name), os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            headers.append(mmap.mmap(fd, 4096, access=mmap.ACCESS_READ))
+        finally:
+            os.close(fd)
+    return headers
+
+
+def request_ring_full(header, message_bytes):
+    """The worker found no room in its ring to esid (esi_shm_header_t:
+    ring_size at 8, to_daemon's head at 64, tail and producer_waiting at
+    128)."""
+    ring_size, = struct.unpack_from("<I", header, 8)
+    head, = struct.unpack_from("<I", header, 64)
+    tail, producer_waiting = struct.unpack_from("<II", header, 128)
+    return producer_waiting == 1 or \
+        ring_size - ((tail - head) & 0xffffffff) < message_bytes
+
+
+class FullRingUnderLoadTest(LoadTestCase):
+    """esid's smallest ring, 256 KiB a direction, and 1 MB pages: the ring
+    to esid is full most of the time, which is back-pressure, not a fault,
+    so every page must come back assembled."""
+
+    ESID_ARGS = ("--log-level", "info", "--ring-size", "256K")
+    # A stream waiting for ring space waits on esid: a short timeout would
+    # turn this test into one of a late esid.
+    HTTP = "esi_daemon_timeout 10s;"
+    PAGE = Page.build("/big", includes=8, text_bytes=120000)
+
+    def test_a_full_ring_holds_pages_back_and_loses_none(self):
+        workers = self.warm_up()
+        headers = ring_headers(self.esid.pid)
+        self.assertEqual(len(headers), self.WORKERS)
+        seen_full = []
+
+        def watch_rings(wrk):
+            # A body message is at most esi_buffer_size (16k) plus framing.
+            seen_full.append(poll(
+                lambda: not wrk.alive() or any(
+                    request_ring_full(h, 16 * 1024 + 64) for h in headers),
+                bound=WRK_GRACE, interval=0.005) and wrk.alive())
+            poll(lambda: not wrk.alive(), bound=WRK_GRACE, interval=0.05)
+
+        try:
+            tallies = self.wrk(self.PAGE.path, [self.PAGE.processed],
+                               connections=16, during=watch_rings)
+        finally:
+            for h in headers:
+                h.close()
+        stats = self.stats_json()
+        self.report("full ring under load", requests=tallies["requests"],
+                    seen_full=seen_full, esid_ring_full=stats["ring_full"],
+                    page_bytes=len(self.PAGE.raw))
+        self.assertAllAllowed(tallies)
+        self.assertEqual(seen_full, [True], "the ring to esid never filled")
+        self.assertEqual(self.worker_pids(), workers)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,155 @@
+"""A hostile esid: tests/hostile/hostile_esid speaks the real protocol (the
+Hello, a Welcome with the memfd and eventfds, the rings, Cap'n Proto
+records) and then breaks it one way per test.  Two nginx workers must refuse
+each violation, name it in the error log, drop the connection and apply
+esi_fallback: with the default passthrough every client gets the page
+unprocessed and whole, in sequential requests and in a short wrk run, with
+no socket error or timeout and no worker lost (the harness also fails a test
+whose error.log shows a worker exiting on a signal or an [alert]).
+
+The double's honest mode answers every body with a verbatim of itself: the
+page comes back unchanged but processed, which shows that the double's
+handshake and framing are right and the refusals are for the violations.
+"""
+
+import os
+import re
+import unittest
+
+from harness import BUILD_DIR, EsiTestCase, poll, unix_socket_answers
+from test_faults_load import Page, WrkChecks
+
+HOSTILE = os.path.join(BUILD_DIR, "hostile_esid")
+
+
+class HostileTestCase(WrkChecks, EsiTestCase):
+    """nginx pointed at hostile_esid --mode MODE instead of esid."""
+
+    ESID = False
+    WORKERS = 2
+    HTTP = "esi_daemon_timeout 300ms;"
+    MODE = "verbatim"
+    AFTER = 0
+    # Several body messages (esi_buffer_size is 16k) and two includes.
+    PAGE = Page.build("/page", includes=2, text_bytes=20000)
+
+    def setUp(self):
+        super().setUp()
+        if not os.path.exists(HOSTILE):
+            self.fail("hostile_esid not found at %s: build the project first"
+                      % HOSTILE)
+        self.PAGE.serve(self.origin)
+        self.hostile = self.spawn("hostile", [
+            HOSTILE, "--socket", self.socket_path, "--mode", self.MODE,
+            "--after", str(self.AFTER)])
+        if not poll(lambda: not self.hostile.alive()
+                    or unix_socket_answers(self.socket_path)) \
+                or not self.hostile.alive():
+            self.fail("hostile_esid did not come up:\n%s"
+                      % self.hostile.stderr())
+
+    def violations(self):
+        return self.hostile.stderr().count("hostile: %s " % self.MODE)
+
+
+class ViolationChecks:
+    """Every page falls back to passthrough, the error log names what the
+    worker refused, and both workers live on."""
+
+    # The module's error.log line for the violation.
+    REFUSAL = None
+
+    def test_every_response_is_the_unprocessed_page(self):
+        workers = self.running_workers()
+        for n in range(1, 4):
+            self.assertBody(self.PAGE.path, self.PAGE.raw)
+            self.assertEqual(self.esi_status(n), "passthrough")
+        tallies = self.wrk(self.PAGE.path, [self.PAGE.raw], seconds=2,
+                           connections=4)
+        self.assertAllAllowed(tallies)
+        self.assertTrue(re.search(self.REFUSAL, self.error_log()),
+                        "error.log does not say %r" % self.REFUSAL)
+        self.assertEqual(self.worker_pids(), workers)
+        self.report("%s after %d" % (self.MODE, self.AFTER),
+                    requests=3 + tallies["requests"],
+                    violations=self.violations(),
+                    refusals=len(re.findall(self.REFUSAL, self.error_log())))
+
+
+class HonestDoubleTest(HostileTestCase):
+
+    def test_pages_are_processed_and_come_back_unchanged(self):
+        workers = self.running_workers()
+        for n in range(1, 4):
+            self.assertBody(self.PAGE.path, self.PAGE.raw)
+            self.assertEqual(self.esi_status(n), "processed")
+        tallies = self.wrk(self.PAGE.path, [self.PAGE.raw], seconds=2,
+                           connections=4)
+        self.assertAllAllowed(tallies)
+        self.assertNotIn("[error]", self.error_log())
+        self.assertEqual(self.worker_pids(), workers)
+
+
+class OffsetOutOfRangeTest(ViolationChecks, HostileTestCase):
+    MODE = "offset-out-of-range"
+    REFUSAL = r"esi: verbatim \d+\+1 of stream \d+ is outside"
+
+
+class OffsetOutOfRangeMidStreamTest(ViolationChecks, HostileTestCase):
+    """The first answer of each connection is honest: the violation comes
+    while the page is half sent."""
+    MODE = "offset-out-of-range"
+    AFTER = 1
+    REFUSAL = r"esi: verbatim \d+\+1 of stream \d+ is outside"
+
+
+class OversizedLengthTest(ViolationChecks, HostileTestCase):
+    MODE = "oversized-length"
+    REFUSAL = r"esi: verbatim \d+\+4294967295 of stream \d+ is outside"
+
+
+class UnknownStreamTest(ViolationChecks, HostileTestCase):
+    MODE = "unknown-stream"
+    REFUSAL = r"esi: response for stream 2147483647 never opened"
+
+
+class TruncatedCapnpTest(ViolationChecks, HostileTestCase):
+    MODE = "truncated-capnp"
+    REFUSAL = r"esi: malformed response from esid"
+
+
+class ShrunkenMemfdTest(ViolationChecks, HostileTestCase):
+    MODE = "shrunken-memfd"
+    REFUSAL = r"esi: the shared memory from esid has the wrong size"
+
+
+class UnsealedMemfdTest(ViolationChecks, HostileTestCase):
+    MODE = "unsealed-memfd"
+    REFUSAL = r"esi: the shared memory from esid is not sealed"
+
+
+class GarbageRingTest(ViolationChecks, HostileTestCase):
+    MODE = "garbage-ring"
+    REFUSAL = r"esi: the ring from esid is corrupt"
+
+
+class SilentDaemonTest(ViolationChecks, HostileTestCase):
+    MODE = "silent"
+    REFUSAL = r"esi: esid did not answer stream \d+ in time"
+
+
+class ViolationWithFallbackAbortTest(HostileTestCase):
+    MODE = "truncated-capnp"
+    LOCATION = "esi_fallback abort;"
+
+    def test_client_never_gets_a_page_that_looks_whole(self):
+        for n in range(1, 4):
+            r = self.fetch(self.PAGE.path)
+            self.assertTrue(not r.complete or r.status >= 500, r)
+            self.assertNotEqual(r.body, self.PAGE.raw)
+            self.assertEqual(self.esi_status(n), "aborted")
+        self.assertIn("esi: malformed response from esid", self.error_log())
+
+
+if __name__ == "__main__":
+    unittest.main()
