@@ -133,6 +133,80 @@ void walkPurged(const Bounds& seg, const esi_wire_struct_t& root) {
   checkText(seg, purged, ESI_WIRE_PURGED_ERROR_PTR);
 }
 
+// A parse plan (ngx_http_esi_plan): its steps, each verbatim's fields, each
+// check's bytes, each include as in a splice.
+void walkPlan(const Bounds& seg, const esi_wire_msg_t& msg,
+              const esi_wire_struct_t& root) {
+  esi_wire_struct_t plan;
+  esi_wire_list_t list;
+  if (esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_PLAN_PTR, &plan) != 0) {
+    return;
+  }
+  checkStruct(seg, plan);
+  sink += esi_wire_u64(&plan, ESI_WIRE_PLAN_LENGTH_OFFSET);
+  if (esi_wire_get_list(&plan, ESI_WIRE_PLAN_STEPS_PTR, &list) != 0) return;
+  const size_t step = (size_t{list.data_words} + list.ptr_count) * 8;
+  FUZZ_CHECK(seg.contains(list.first, size_t{list.count} * step));
+  // The connector allocates a step per element before validating them.
+  FUZZ_CHECK(list.count <= kBudgetFactor * msg.words);
+  for (uint32_t i = 0; i < list.count; ++i) {
+    esi_wire_struct_t s, include;
+    const uint8_t* bytes;
+    size_t length;
+    esi_wire_list_at(&list, i, &s);
+    checkStruct(seg, s);
+    switch (esi_wire_u16(&s, ESI_WIRE_PLAN_STEP_WHICH_OFFSET)) {
+      case ESI_WIRE_PLAN_STEP_VERBATIM_WHICH:
+        sink += esi_wire_u64(&s, ESI_WIRE_PLAN_STEP_VERBATIM_OFFSET_OFFSET);
+        sink += esi_wire_u64(&s, ESI_WIRE_PLAN_STEP_VERBATIM_LENGTH_OFFSET);
+        break;
+      case ESI_WIRE_PLAN_STEP_CHECK_WHICH:
+        sink += esi_wire_u64(&s, ESI_WIRE_PLAN_STEP_CHECK_OFFSET_OFFSET);
+        if (esi_wire_get_data(&s, ESI_WIRE_PLAN_STEP_CHECK_BYTES_PTR, &bytes,
+                              &length) == 0 &&
+            length > 0) {
+          FUZZ_CHECK(seg.contains(bytes, length));
+          touch(bytes, length);
+        }
+        break;
+      case ESI_WIRE_PLAN_STEP_INCLUDE_WHICH:
+        if (esi_wire_get_struct(&s, ESI_WIRE_PLAN_STEP_INCLUDE_PTR,
+                                &include) == 0) {
+          checkStruct(seg, include);
+          checkText(seg, include, ESI_WIRE_INCLUDE_PATH_PTR);
+          checkText(seg, include, ESI_WIRE_INCLUDE_ARGS_PTR);
+          checkText(seg, include, ESI_WIRE_INCLUDE_ALT_PATH_PTR);
+          checkText(seg, include, ESI_WIRE_INCLUDE_ALT_ARGS_PTR);
+        }
+        break;
+      default:
+        return;  // the connector drops the connection here
+    }
+  }
+}
+
+// An order to purge (ngx_http_esi_purge_order): the zone, then one Text.
+void walkPurgeOrder(const Bounds& seg, const esi_wire_struct_t& root) {
+  esi_wire_struct_t purge;
+  if (esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_PURGE_ORDER_PTR, &purge) !=
+      0) {
+    return;
+  }
+  checkStruct(seg, purge);
+  checkText(seg, purge, ESI_WIRE_PURGE_ZONE_PTR);
+  switch (esi_wire_u16(&purge, ESI_WIRE_PURGE_WHICH_OFFSET)) {
+    case ESI_WIRE_PURGE_KEY_WHICH:
+      checkText(seg, purge, ESI_WIRE_PURGE_KEY_PTR);
+      break;
+    case ESI_WIRE_PURGE_KEY_PREFIX_WHICH:
+      checkText(seg, purge, ESI_WIRE_PURGE_KEY_PREFIX_PTR);
+      break;
+    case ESI_WIRE_PURGE_TAG_WHICH:
+      checkText(seg, purge, ESI_WIRE_PURGE_TAG_PTR);
+      break;
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -165,6 +239,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case ESI_WIRE_RESPONSE_PURGED_WHICH:
       walkPurged(seg, root);
+      break;
+    case ESI_WIRE_RESPONSE_PLAN_WHICH:
+      walkPlan(seg, msg, root);
+      break;
+    case ESI_WIRE_RESPONSE_PURGE_ORDER_WHICH:
+      walkPurgeOrder(seg, root);
       break;
   }
   return 0;

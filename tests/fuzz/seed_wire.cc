@@ -101,6 +101,35 @@ void responses() {
     purged.setError("");
     saveResponse("purged", message);
   }
+  {
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<esi::wire::Response>();
+    response.setStream(3);
+    auto plan = response.initPlan();
+    plan.setLength(60);
+    auto steps = plan.initSteps(4);
+    auto verbatim = steps[0].initVerbatim();
+    verbatim.setOffset(0);
+    verbatim.setLength(10);
+    auto check = steps[1].initCheck();
+    check.setOffset(10);
+    const char head[] = "<esi:include src=\"/x\"/>";
+    check.setBytes(kj::arrayPtr(reinterpret_cast<const kj::byte*>(head), sizeof(head) - 1));
+    steps[2].initInclude().setPath("/x");
+    verbatim = steps[3].initVerbatim();
+    verbatim.setOffset(33);
+    verbatim.setLength(27);
+    saveResponse("plan", message);
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<esi::wire::Response>();
+    response.setStream(1);
+    auto order = response.initPurgeOrder();
+    order.setZone("pages");
+    order.setTag("t1");
+    saveResponse("purge-order", message);
+  }
 }
 
 // A Request as the connector writes it (the C writer).
@@ -208,6 +237,28 @@ void requests() {
                                     std::strlen(p.value));
                 });
   }
+  saveRequest("open-cached-stream-3", 3, ESI_WIRE_REQUEST_OPEN_WHICH,
+              [](esi_wire_out_t* req) {
+                esi_wire_out_t open;
+                esi_wire_set_struct(req, ESI_WIRE_REQUEST_OPEN_PTR,
+                                    ESI_WIRE_OPEN_DATA_WORDS,
+                                    ESI_WIRE_OPEN_POINTERS, &open);
+                esi_wire_set_text(&open, ESI_WIRE_OPEN_URI_PTR, "/p", 2);
+                esi_wire_set_text(&open, ESI_WIRE_OPEN_AUTHORITY_PTR, "h", 1);
+                std::memset(esi_wire_alloc_data(&open, ESI_WIRE_OPEN_OBJECT_PTR, 40),
+                            'o', 40);
+                esi_wire_set_text(&open, ESI_WIRE_OPEN_PLAN_ZONE_PTR, "plans", 5);
+                esi_wire_set_u64(&open, ESI_WIRE_OPEN_PLAN_ZONE_BYTES_OFFSET, 1 << 20);
+              });
+  saveRequest("purge-done", 1, ESI_WIRE_REQUEST_PURGE_DONE_WHICH,
+              [](esi_wire_out_t* req) {
+                esi_wire_out_t done;
+                esi_wire_set_struct(req, ESI_WIRE_REQUEST_PURGE_DONE_PTR,
+                                    ESI_WIRE_PURGE_DONE_DATA_WORDS,
+                                    ESI_WIRE_PURGE_DONE_POINTERS, &done);
+                esi_wire_set_u64(&done, ESI_WIRE_PURGE_DONE_COUNT_OFFSET, 2);
+                esi_wire_set_text(&done, ESI_WIRE_PURGE_DONE_ERROR_PTR, "", 0);
+              });
   saveRequest("end-stream-1", 1, ESI_WIRE_REQUEST_END_WHICH,
               [](esi_wire_out_t*) {});
   saveRequest("cancel-stream-1", 1, ESI_WIRE_REQUEST_CANCEL_WHICH,
