@@ -3921,7 +3921,7 @@ ngx_http_esi_hold(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_chain_t *in)
 {
     off_t                 size;
-    ngx_buf_t            *b;
+    ngx_buf_t            *b, *nb;
     ngx_http_esi_held_t  *h;
 
     for ( /* void */ ; in; in = in->next) {
@@ -3935,6 +3935,27 @@ ngx_http_esi_hold(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
         if (size == 0) {
             continue;
+        }
+
+        /*
+         * An unbuffered upstream reuses its one buffer, and signals the end
+         * of the body only once that buffer is consumed; esid may keep the
+         * last bytes until the end: hold a copy, so neither waits for the
+         * other.
+         */
+
+        if (r->upstream && !r->upstream->buffering && b->tag != ctx
+            && b->tag != NGX_HTTP_ESI_INFLATED)
+        {
+            nb = ngx_create_temp_buf(r->pool, (size_t) size);
+            if (nb == NULL) {
+                return NGX_ERROR;
+            }
+
+            nb->last = ngx_cpymem(nb->pos, b->pos, (size_t) size);
+            nb->tag = ctx;
+            b->pos = b->last;
+            b = nb;
         }
 
         if (ctx->free_held) {
