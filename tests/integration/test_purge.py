@@ -176,6 +176,39 @@ class SameLocationTest(PurgeTestCase):
         self.assertEqual(len(self.cache_files()), 1)
 
 
+class RealVaryHeadersTest(PurgeTestCase):
+    """The issue's origin: Vary on Accept-Encoding, and on Accept-Encoding
+    and Accept-Language; NGINX stores a variant per distinct value set."""
+
+    ENCODINGS = ("gzip", "identity", "br")
+    LANGUAGES = ("en", "de")
+
+    def get_variant(self, path, encoding, language=None):
+        headers = {"Accept-Encoding": encoding}
+        if language:
+            headers["Accept-Language"] = language
+        status, headers, _ = self.get(path, headers)
+        self.assertEqual(status, 200)
+        return headers.get("X-Cache-Status")
+
+    def test_every_encoding_and_language_variant_is_purged(self):
+        self.origin.route("/ae", "ae", headers=[("Vary", "Accept-Encoding")])
+        self.origin.route("/ael", "ael", headers=[
+            ("Vary", "Accept-Encoding, Accept-Language")])
+        for e in self.ENCODINGS:
+            self.assertEqual(self.get_variant("/ae", e), "MISS")
+            for lang in self.LANGUAGES:
+                self.assertEqual(self.get_variant("/ael", e, lang), "MISS")
+        self.assertEqual(len(self.cache_files()), 3 + 6)
+        self.assertPurged(self.purge("/ael"), 200, "exact; count=6")
+        self.assertPurged(self.purge("/ae"), 200, "exact; count=3")
+        self.assertEqual(self.cache_files(), [])
+        for e in self.ENCODINGS:
+            self.assertEqual(self.get_variant("/ae", e), "MISS")
+            for lang in self.LANGUAGES:
+                self.assertEqual(self.get_variant("/ael", e, lang), "MISS")
+
+
 class SeparateLocationTest(PurgeTestCase):
     LOCATION = """
             proxy_cache_key $uri$is_args$args;
