@@ -100,7 +100,7 @@ void Control::purge(std::string_view args, const ControlAnswerFn& answer) {
   query.zone = zone;
   query.value = value;
   nlohmann::json result = {{"zone", query.zone}, {"kind", std::string(kind)}, {"value", query.value}};
-  orders_.order(std::move(query), [answer, result](PurgeOrderOutcome outcome) mutable {
+  orders_.order(std::move(query), [answer, result](const PurgeOrderOutcome& outcome) mutable {
     if (!outcome.error.empty()) {
       answer({false, outcome.error});
       return;

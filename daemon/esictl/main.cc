@@ -52,7 +52,12 @@ int fail(const std::string& message) {
 std::string socketGroup(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return "the socket's group";
-  if (const group* g = getgrgid(st.st_gid); g != nullptr) return std::string("group ") + g->gr_name;
+  group g{};
+  group* found = nullptr;
+  char names[4096];  // a group too large for it is shown by number
+  if (getgrgid_r(st.st_gid, &g, names, sizeof(names), &found) == 0 && found != nullptr) {
+    return std::string("group ") + g.gr_name;
+  }
   return "gid " + std::to_string(st.st_gid);
 }
 
@@ -102,7 +107,7 @@ nlohmann::json ask(const std::string& socketPath, const std::string& command,
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socketPath.size() >= sizeof(addr.sun_path)) throw Failure("socket path too long: " + socketPath);
-  std::strcpy(addr.sun_path, socketPath.c_str());
+  std::memcpy(addr.sun_path, socketPath.c_str(), socketPath.size() + 1);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     const int err = errno;
     switch (err) {
@@ -294,7 +299,9 @@ std::string render(const std::string& socketPath, const Snapshot& before, const 
   char line[160];
   const std::time_t wall = std::time(nullptr);
   char clock[16];
-  std::strftime(clock, sizeof(clock), "%H:%M:%S", std::localtime(&wall));
+  std::tm local{};
+  localtime_r(&wall, &local);
+  std::strftime(clock, sizeof(clock), "%H:%M:%S", &local);
   std::snprintf(line, sizeof(line), "esid on %s at %s%s\n\n", socketPath.c_str(), clock,
                 interactive ? "    (q quits)" : "");
   out += line;
@@ -563,7 +570,8 @@ int purge(const std::string& socketPath, const std::string& zone, const std::str
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// Every error, CLI11's setup included, ends as one line naming the cause.
+int main(int argc, char** argv) try {
   CLI::App app{"esictl: inspect a running esid, purge through it"};
   std::string socketPath = "/run/esid/esid.sock";
   app.add_option("--socket", socketPath, "esid's Unix socket")->capture_default_str();
@@ -621,20 +629,16 @@ int main(int argc, char** argv) {
   purgeCommand->add_flag("--json", purgeJson, "Print one JSON object");
   CLI11_PARSE(app, argc, argv);
 
-  try {
-    if (*statsCommand) return stats(socketPath, json, prometheus);
-    if (*zonesCommand) return zones(socketPath, zonesJson);
-    if (*variantsCommand) return variants(socketPath, variantsZone, variantsKey, variantsJson);
-    if (*plansCommand) return plans(socketPath, plansZone, plansJson);
-    if (*purgeCommand) {
-      return purge(socketPath, purgeZone, purgeTag ? "tag" : purgePrefix ? "prefix" : "key",
-                   purgeValue, purgeJson);
-    }
-    if (*topCommand) return top(socketPath, once ? 1 : iterations, interval);
-  } catch (const Failure& e) {
-    return fail(e.what());
-  } catch (const std::exception& e) {
-    return fail(e.what());
+  if (*statsCommand) return stats(socketPath, json, prometheus);
+  if (*zonesCommand) return zones(socketPath, zonesJson);
+  if (*variantsCommand) return variants(socketPath, variantsZone, variantsKey, variantsJson);
+  if (*plansCommand) return plans(socketPath, plansZone, plansJson);
+  if (*purgeCommand) {
+    return purge(socketPath, purgeZone, purgeTag ? "tag" : purgePrefix ? "prefix" : "key",
+                 purgeValue, purgeJson);
   }
+  if (*topCommand) return top(socketPath, once ? 1 : iterations, interval);
   return 1;
+} catch (const std::exception& e) {
+  return fail(e.what());
 }

@@ -118,7 +118,9 @@ void onHangup(uv_signal_t* handle, int) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception nothing else caught ends esid with its message rather than
+// std::terminate's abort.
+int main(int argc, char** argv) try {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
   std::string configPath, socketPath, ringSize, level, group;
   bool checkOnly = false;
@@ -212,4 +214,7 @@ int main(int argc, char** argv) {
   uv_loop_close(loop);
   spdlog::info("esid stopped");
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "esid: %s\n", e.what());
+  return 1;
 }

@@ -6,8 +6,10 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace esi {
 
@@ -20,6 +22,21 @@ std::string_view trim(std::string_view s) {
   if (first == std::string_view::npos) return {};
   const size_t last = s.find_last_not_of(kBlank);
   return s.substr(first, last - first + 1);
+}
+
+// The gid of the group that lookup (getgrnam_r or getgrgid_r: a reload may
+// run while esid's thread pool works) finds, with room for any member list.
+template <typename Lookup>
+std::optional<gid_t> findGroup(const Lookup& lookup) {
+  std::vector<char> buffer(1024);
+  group g{};
+  group* found = nullptr;
+  int err = 0;
+  while ((err = lookup(&g, buffer.data(), buffer.size(), &found)) == ERANGE) {
+    buffer.resize(buffer.size() * 2);
+  }
+  if (err != 0 || found == nullptr) return std::nullopt;
+  return g.gr_gid;
 }
 
 }  // namespace
@@ -82,11 +99,17 @@ spdlog::level::level_enum parseLogLevel(std::string_view text) {
 
 gid_t parseGroup(std::string_view text) {
   const std::string name(trim(text));
-  if (const group* g = getgrnam(name.c_str()); g != nullptr) return g->gr_gid;
+  const auto named = findGroup([&](group* g, char* buf, size_t size, group** found) {
+    return getgrnam_r(name.c_str(), g, buf, size, found);
+  });
+  if (named) return *named;
   unsigned long gid = 0;
   const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), gid);
   if (ec == std::errc() && end == name.data() + name.size() && !name.empty()) {
-    if (const group* g = getgrgid(static_cast<gid_t>(gid)); g != nullptr) return g->gr_gid;
+    const auto numbered = findGroup([&](group* g, char* buf, size_t size, group** found) {
+      return getgrgid_r(static_cast<gid_t>(gid), g, buf, size, found);
+    });
+    if (numbered) return *numbered;
   }
   throw std::invalid_argument("no group \"" + name + "\"");
 }

@@ -122,7 +122,7 @@ class Expression::Compiler {
 
   bool failed() const { return !out_.error_.empty(); }
 
-  void fail(size_t at, std::string why) {
+  void fail(size_t at, const std::string& why) {
     if (!failed()) out_.error_ = "at byte " + std::to_string(at) + ": " + why;
   }
 
@@ -259,6 +259,7 @@ class Expression::Compiler {
     if (terms.size() == 1) return terms[0];
 
     std::vector<uint32_t> conditions;
+    conditions.reserve(terms.size());
     for (const Term& term : terms) conditions.push_back(condition(term));
     const auto first = static_cast<uint32_t>(out_.children_.size());
     out_.children_.insert(out_.children_.end(), conditions.begin(),

@@ -87,7 +87,7 @@ std::optional<Reference> parseReference(std::string_view text,
     ++at;
     reference.hasFallback = true;
     if (at < text.size() && text[at] == '\'') {
-      size_t quoted;
+      size_t quoted = 0;
       auto fallback = parseQuoted(text.substr(at), quoted);
       if (!fallback) return std::nullopt;
       reference.fallback = std::move(*fallback);

@@ -13,7 +13,9 @@
 
 namespace esi::expr {
 
-inline char lower(char c) { return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c; }
+inline char lower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 inline bool isDigit(char c) { return c >= '0' && c <= '9'; }
 

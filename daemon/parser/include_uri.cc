@@ -14,7 +14,7 @@ IncludeUri refuse(const char* reason) {
 
 bool isControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
 
-char lower(char c) { return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c; }
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
 bool equalsIgnoringCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;

@@ -28,7 +28,7 @@ TEST(PurgeOrders, OrderGoesToAWorkerOfTheZoneAndItsReportAnswers) {
   orders.serves("pages", &a);
   orders.serves("other", &b);
   std::optional<PurgeOrderOutcome> outcome;
-  orders.order(keyQuery("pages", "/k"), [&](PurgeOrderOutcome o) { outcome = o; });
+  orders.order(keyQuery("pages", "/k"), [&](const PurgeOrderOutcome& o) { outcome = o; });
   ASSERT_EQ(a.taken.size(), 1u);
   EXPECT_TRUE(b.taken.empty());
   EXPECT_FALSE(outcome);
@@ -41,7 +41,7 @@ TEST(PurgeOrders, OrderGoesToAWorkerOfTheZoneAndItsReportAnswers) {
 TEST(PurgeOrders, ZoneWithoutWorkersFailsAtOnce) {
   PurgeOrders orders;
   std::optional<PurgeOrderOutcome> outcome;
-  orders.order(keyQuery("pages", "/k"), [&](PurgeOrderOutcome o) { outcome = o; });
+  orders.order(keyQuery("pages", "/k"), [&](const PurgeOrderOutcome& o) { outcome = o; });
   ASSERT_TRUE(outcome);
   EXPECT_NE(outcome->error.find("no connected NGINX worker"), std::string::npos);
 }
@@ -51,13 +51,13 @@ TEST(PurgeOrders, WorkerThatGoesAwayFailsItsOrders) {
   Taker a;
   orders.serves("pages", &a);
   std::optional<PurgeOrderOutcome> outcome;
-  orders.order(keyQuery("pages", "/k"), [&](PurgeOrderOutcome o) { outcome = o; });
+  orders.order(keyQuery("pages", "/k"), [&](const PurgeOrderOutcome& o) { outcome = o; });
   orders.withdraw(&a);
   ASSERT_TRUE(outcome);
   EXPECT_NE(outcome->error.find("went away"), std::string::npos);
   // and it gets no more orders
   outcome.reset();
-  orders.order(keyQuery("pages", "/k"), [&](PurgeOrderOutcome o) { outcome = o; });
+  orders.order(keyQuery("pages", "/k"), [&](const PurgeOrderOutcome& o) { outcome = o; });
   EXPECT_EQ(a.taken.size(), 1u);
   ASSERT_TRUE(outcome);
   EXPECT_FALSE(outcome->error.empty());

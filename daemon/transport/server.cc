@@ -21,7 +21,7 @@ namespace esi {
 
 namespace {
 
-constexpr size_t kMaxHelloBytes = 64 * 1024;
+constexpr size_t kMaxHelloBytes = size_t{64} * 1024;
 constexpr int kSystemdFirstFd = 3;
 
 // The listening socket systemd handed us, if any (sd_listen_fds(3)).
@@ -55,6 +55,8 @@ class Server::Client {
     uv_pipe_init(server.loop_, pipe_, 0);
     pipe_->data = this;
   }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
   ~Client() {
     session_.reset();
@@ -193,7 +195,7 @@ class Server::Client {
     peer.groups.resize(groupsLen / sizeof(gid_t));
     std::weak_ptr<Client*> alive = alive_;
     server_.control_(command, peer,
-                     [alive](ControlAnswer answer) {
+                     [alive](const ControlAnswer& answer) {
                        if (auto self = alive.lock()) (*self)->reply(answer);
                      });
   }
@@ -216,7 +218,7 @@ class Server::Client {
   uv_pipe_t* pipe_;
   bool closing_ = false;
   bool answered_ = false;
-  char readBuffer_[4096];
+  char readBuffer_[4096] = {};
   std::vector<char> inbox_;
   std::shared_ptr<WorkerSession> session_;
   // A late control answer finds the client through this, or finds it gone.

@@ -61,6 +61,8 @@ class TestWorker {
     esi_ring_attach(&toWorker, &header->to_worker, base + header->ring_size,
                     header->ring_size);
   }
+  TestWorker(const TestWorker&) = delete;
+  TestWorker& operator=(const TestWorker&) = delete;
 
   ~TestWorker() {
     if (map != nullptr) munmap(map, mapSize);

@@ -19,12 +19,12 @@ constexpr size_t kMaxPendingAnswers = 256;
 // Request records one session handles before other sessions get a turn.
 constexpr size_t kRecordsPerTurn = 64;
 // A splice grows until about this size, then continues in the next message.
-constexpr size_t kSpliceBudgetBytes = 32 * 1024;
+constexpr size_t kSpliceBudgetBytes = size_t{32} * 1024;
 constexpr size_t kMaxStreamsPerWorker = 65536;
-constexpr size_t kMaxOpenFieldBytes = 16 * 1024;
-constexpr size_t kMaxKeyBytes = 64 * 1024;
+constexpr size_t kMaxOpenFieldBytes = size_t{16} * 1024;
+constexpr size_t kMaxKeyBytes = size_t{64} * 1024;
 // File names per Purged message: 256 KiB, well inside the smallest ring.
-constexpr size_t kFilesPerPurged = 16 * 1024;
+constexpr size_t kFilesPerPurged = size_t{16} * 1024;
 // A body esid keeps whole while it records the body's plan; a longer one is
 // parsed every time.
 constexpr size_t kMaxRecordedBody = 16 << 20;
@@ -477,7 +477,7 @@ bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
   }
   query.value.assign(value.cStr(), value.size());
   // The answer may come after a scan, by which time the worker may be gone.
-  purger_.purge(std::move(query), [self = weak_from_this(), id](PurgeOutcome outcome) {
+  purger_.purge(std::move(query), [self = weak_from_this(), id](const PurgeOutcome& outcome) {
     if (auto session = self.lock()) session->sendPurged(id, outcome);
   });
   return true;

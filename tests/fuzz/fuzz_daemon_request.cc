@@ -161,7 +161,7 @@ class Connection {
           __atomic_load_n(&toDaemon_.ctl->head, __ATOMIC_ACQUIRE);
       if (head == toDaemon_.tail && !answered) return;
     }
-    FUZZ_CHECK(false && "esid stopped serving a ring with records in it");
+    FUZZ_CHECK(!"esid stopped serving a ring with records in it");
   }
 
  private:
