@@ -14,7 +14,10 @@
 #include <ngx_http.h>
 
 #include <sys/mman.h>
+
+#if (NGX_ZLIB)
 #include <zlib.h>
+#endif
 
 #include <esi/ring.h>
 #include "esi_wire.h"
@@ -38,6 +41,12 @@
 #define NGX_HTTP_ESI_IDENTITY          0
 #define NGX_HTTP_ESI_GZIP              1
 #define NGX_HTTP_ESI_ENCODED           2
+
+#if (NGX_ZLIB)
+#define NGX_HTTP_ESI_DECODES           "only gzip is decoded"
+#else
+#define NGX_HTTP_ESI_DECODES           "nothing is decoded (no zlib)"
+#endif
 
 /* the buffers a gzipped body is inflated into */
 #define NGX_HTTP_ESI_INFLATED          (ngx_buf_tag_t) &ngx_http_esi_module_ctx
@@ -197,7 +206,9 @@ typedef struct {
     off_t                      base;        /* first byte esid parses */
     ngx_uint_t                 includes;    /* issued, alt= not counted */
 
+#if (NGX_ZLIB)
     z_stream                   zstream;     /* a gzipped body's inflate */
+#endif
     ngx_buf_t                 *zbuf;        /* being inflated into */
     ngx_chain_t               *zfree;       /* inflated buffers to reuse */
 
@@ -368,11 +379,14 @@ static void ngx_http_esi_report(ngx_http_request_t *r,
 static ngx_int_t ngx_http_esi_report_file(ngx_http_request_t *r,
     ngx_str_t *zone, ngx_str_t *key, u_char *file, ngx_str_t *tags);
 static ngx_uint_t ngx_http_esi_encoding(ngx_http_request_t *r);
+static ngx_table_elt_t *ngx_http_esi_find_header(ngx_list_t *headers,
+    const char *name);
 static ngx_int_t ngx_http_esi_open(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_cleanup(void *data);
 static ngx_int_t ngx_http_esi_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+#if (NGX_ZLIB)
 static ngx_int_t ngx_http_esi_inflate(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t *in, ngx_chain_t **out);
 static ngx_int_t ngx_http_esi_inflate_start(ngx_http_request_t *r,
@@ -386,6 +400,7 @@ static void ngx_http_esi_inflate_failed(ngx_http_request_t *r,
 static void *ngx_http_esi_inflate_alloc(void *opaque, u_int items,
     u_int size);
 static void ngx_http_esi_inflate_free(void *opaque, void *address);
+#endif
 static void ngx_http_esi_recycle(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_buf_t *b, ngx_chain_t *cl);
 static ngx_int_t ngx_http_esi_hold(ngx_http_request_t *r,
@@ -3017,7 +3032,7 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
     if (encoding == NGX_HTTP_ESI_ENCODED) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "esi: \"%V\" encoded response left unprocessed: "
-                      "only gzip is decoded",
+                      NGX_HTTP_ESI_DECODES,
                       &r->headers_out.content_encoding->value);
         return ngx_http_next_header_filter(r);
     }
@@ -3353,6 +3368,21 @@ ngx_http_esi_encoding(ngx_http_request_t *r)
 {
     ngx_str_t  *ce;
 
+#if !(NGX_HTTP_GZIP)
+
+    /*
+     * Without the gzip and gunzip modules an upstream's Content-Encoding
+     * is copied as any other header, and r->headers_out.content_encoding
+     * is not set: find it, as those modules would have it found
+     */
+
+    if (r->headers_out.content_encoding == NULL) {
+        r->headers_out.content_encoding = ngx_http_esi_find_header(
+                                              &r->headers_out.headers,
+                                              "Content-Encoding");
+    }
+#endif
+
     if (r->headers_out.content_encoding == NULL
         || r->headers_out.content_encoding->hash == 0)
     {
@@ -3368,13 +3398,51 @@ ngx_http_esi_encoding(ngx_http_request_t *r)
         return NGX_HTTP_ESI_IDENTITY;
     }
 
+#if (NGX_ZLIB)
     if (ce->len == sizeof("gzip") - 1
         && ngx_strncasecmp(ce->data, (u_char *) "gzip", ce->len) == 0)
     {
         return NGX_HTTP_ESI_GZIP;
     }
+#endif
 
     return NGX_HTTP_ESI_ENCODED;
+}
+
+
+/* the first header of that name in a list, deleted ones (hash 0) aside */
+
+static ngx_table_elt_t *
+ngx_http_esi_find_header(ngx_list_t *headers, const char *name)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    len = ngx_strlen(name);
+    part = &headers->part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash
+            && h[i].key.len == len
+            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
+        {
+            return &h[i];
+        }
+    }
 }
 
 
@@ -3427,8 +3495,6 @@ ngx_http_esi_identify(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 static ngx_int_t
 ngx_http_esi_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
-    ngx_uint_t              i;
-    ngx_list_part_t        *part;
     ngx_table_elt_t        *h;
     ngx_pool_cleanup_t     *cln;
     ngx_http_esi_daemon_t  *d;
@@ -3443,29 +3509,14 @@ ngx_http_esi_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     cln->handler = ngx_http_esi_cleanup;
     cln->data = ctx;
 
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
+    for ( ;; ) {
+        h = ngx_http_esi_find_header(&r->headers_out.headers,
+                                     "Surrogate-Control");
+        if (h == NULL) {
+            break;
         }
 
-        if (h[i].hash
-            && h[i].key.len == sizeof("Surrogate-Control") - 1
-            && ngx_strncasecmp(h[i].key.data, (u_char *) "Surrogate-Control",
-                               h[i].key.len)
-               == 0)
-        {
-            h[i].hash = 0;
-        }
+        h->hash = 0;
     }
 
     r->filter_need_in_memory = 1;
@@ -3558,6 +3609,7 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     zin = NULL;
 
+#if (NGX_ZLIB)
     if (ctx->inflate) {
 
         /* from here on "in" is plaintext, in buffers of our own */
@@ -3568,6 +3620,7 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
         in = zin;
     }
+#endif
 
     if (!ctx->failed && !ctx->fallen) {
         for (cl = in; cl; cl = cl->next) {
@@ -3624,6 +3677,8 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     return rc;
 }
 
+
+#if (NGX_ZLIB)
 
 /*
  * Inflates a gzipped body as ngx_http_gunzip_filter_module does, into
@@ -3895,6 +3950,8 @@ ngx_http_esi_inflate_free(void *opaque, void *address)
 {
     /* the request pool frees it */
 }
+
+#endif
 
 
 /* an inflated buffer nothing refers to any more */

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The connector against other builds of NGINX than Debian's (tests/README.md,
+# "Build matrix"): Debian's nginx source configured three ways, the module
+# built with each, and integration tests run against each.
+#
+#   nogzip   dynamic module; --without-http_gzip_module but with gunzip, so
+#            NGINX has zlib and the module still inflates gzipped pages
+#   nozlib   dynamic module; no gzip and no gunzip module, so NGINX has no
+#            zlib: the module's configure says so and gzipped pages pass
+#            unprocessed
+#   static   the module compiled into nginx (--add-module), gzip and gunzip
+#
+#   tests/build-matrix.sh [BUILD_DIR]
+#
+# BUILD_DIR (default build/) holds a built esid, which the tests run; the
+# NGINX trees are kept in BUILD_DIR/matrix and configured again only when
+# their flags, the module's config or this script change (make rebuilds what
+# changed).  Ends with "build-matrix: N passed, N failed": per variant, one
+# entry for its build (configure's zlib message and NGX_ZLIB as expected,
+# then make) and one for its tests.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=$(realpath -m "${1:-build}")
+matrix=$build/matrix
+jobs=${ESI_JOBS:-2}
+passed=0
+failed=0
+
+pass() { passed=$((passed + 1)); echo "build-matrix: $*: ok"; }
+fail() { failed=$((failed + 1)); echo "build-matrix: $*: FAILED"; }
+
+if [ ! -x "$build/esid" ] || [ ! -f "$build/proto/c/esi_wire_layout.h" ]; then
+    echo "build-matrix: no built esid in $build (cmake --build $build)"
+    echo "build-matrix: 0 passed, 6 failed"
+    exit 1
+fi
+
+# Debian's nginx source, once per build tree (tests/sanitize/nginx.sh
+# fetches it as the sanitized build does).
+if [ ! -f "$matrix/source/src/configure" ]; then
+    if ! bash tests/sanitize/nginx.sh fetch "$matrix/source"; then
+        echo "build-matrix: could not fetch nginx's source"
+        echo "build-matrix: 0 passed, 6 failed"
+        exit 1
+    fi
+fi
+
+# Only what the tests use: proxy, proxy_cache and the temp paths the
+# harness sets; every other optional module left out to keep builds short.
+common=(
+    --with-cc-opt="-g -O1 -Wall -Werror -I$root/include -I$build/proto/c"
+    --without-http_charset_module --without-http_ssi_module
+    --without-http_userid_module --without-http_access_module
+    --without-http_auth_basic_module --without-http_mirror_module
+    --without-http_autoindex_module --without-http_geo_module
+    --without-http_map_module --without-http_split_clients_module
+    --without-http_referer_module --without-http_rewrite_module
+    --without-http_grpc_module --without-http_memcached_module
+    --without-http_limit_conn_module --without-http_limit_req_module
+    --without-http_empty_gif_module --without-http_browser_module
+    --without-http_upstream_hash_module --without-http_upstream_ip_hash_module
+    --without-http_upstream_least_conn_module
+    --without-http_upstream_random_module
+    --without-http_upstream_keepalive_module
+    --without-http_upstream_zone_module
+)
+connector=$root/nginx-connector
+# name | how the module is linked | more configure flags | zlib (1/0) | tests
+variants=(
+    "nogzip|--add-dynamic-module=$connector|--without-http_gzip_module --with-http_gunzip_module|1|test_markup test_headers test_build_matrix"
+    "nozlib|--add-dynamic-module=$connector|--without-http_gzip_module|0|test_markup test_headers test_build_matrix"
+    "static|--add-module=$connector|--with-http_gunzip_module|1|test_markup test_headers test_cache test_gzip"
+)
+config_hash=$(cat "$connector/config" "$0" | sha256sum | cut -d' ' -f1)
+
+# Configures (when needed) and builds one variant in $matrix/NAME/tree.
+build_variant() {
+    local name=$1 link=$2 flags=$3 zlib=$4
+    local dir=$matrix/$name tree=$matrix/$name/tree
+    local stamp
+    stamp="$config_hash $link $flags"
+    if [ ! -f "$dir/configured" ] || [ "$(cat "$dir/configured")" != "$stamp" ]; then
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        cp -a "$matrix/source/src" "$tree"
+        # shellcheck disable=SC2086
+        if ! (cd "$tree" && ./configure "${common[@]}" $flags "$link") \
+                >"$dir/configure.log" 2>&1; then
+            tail -n 20 "$dir/configure.log"
+            return 1
+        fi
+        echo "$stamp" >"$dir/configured"
+    fi
+    # The capability that needs zlib says so at configure time.
+    local said=0 have=0
+    grep -q 'ngx_http_esi_module: no zlib' "$dir/configure.log" && said=1
+    grep -q '^#define NGX_ZLIB  *1' "$tree/objs/ngx_auto_config.h" && have=1
+    if [ "$have" != "$zlib" ] || [ "$said" = "$zlib" ]; then
+        echo "build-matrix: $name: NGX_ZLIB $have, zlib message $said;" \
+             "expected zlib $zlib"
+        return 1
+    fi
+    if ! make -C "$tree" -j"$jobs" >"$dir/make.log" 2>&1; then
+        grep -E 'error|Error' "$dir/make.log" | head -n 20
+        return 1
+    fi
+}
+
+for v in "${variants[@]}"; do
+    IFS='|' read -r name link flags zlib tests <<<"$v"
+    echo "build-matrix: $name: $link $flags"
+    if ! build_variant "$name" "$link" "$flags" "$zlib"; then
+        fail "$name build"
+        fail "$name tests (not run)"
+        continue
+    fi
+    pass "$name build"
+    tree=$matrix/$name/tree
+    module=builtin
+    [ "$name" = static ] || module=$tree/objs/ngx_http_esi_module.so
+    # shellcheck disable=SC2086
+    if (cd tests/integration &&
+        ESI_NGINX=$tree/objs/nginx ESI_MODULE=$module ESI_BUILD_DIR=$build \
+        ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib PYTHONDONTWRITEBYTECODE=1 \
+        python3 -m unittest $tests) >"$matrix/$name/tests.log" 2>&1; then
+        pass "$name tests ($(grep -E '^Ran [0-9]+ tests?' "$matrix/$name/tests.log"))"
+    else
+        tail -n 60 "$matrix/$name/tests.log"
+        fail "$name tests"
+    fi
+done
+
+echo "build-matrix: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
