@@ -102,26 +102,41 @@ else
     failed=$((failed + 1))
 fi
 
+# Runs a script whose last summary line is "NAME: N passed, N failed" and
+# adds its counts; a script that ends without one is one failure.
+counted() {
+    local name=$1; shift
+    local log="$logs/$name.log"
+    "$@" 2>&1 | tee "$log"
+    local line
+    line=$(grep -E "^$name: [0-9]+ passed, [0-9]+ failed\$" "$log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "run: $name ended without its summary"
+        failed=$((failed + 1))
+        return
+    fi
+    passed=$((passed + $(sed -E 's/^[^:]*: ([0-9]+) passed.*/\1/' <<<"$line")))
+    failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")))
+}
+
+# Static checks (tests/README.md): cppcheck and clang-tidy over the build
+# above, zero findings; each tool is one pass or one fail.
+step "static checks"
+counted static-checks bash tests/static-checks.sh build
+
+# Build matrix (tests/README.md): the connector against nginx without the
+# gzip module, without zlib, and compiled in statically; each variant's
+# build and its integration tests are one pass or one fail each.
+step "build matrix"
+counted build-matrix bash tests/build-matrix.sh build
+
 # The packages (packaging/ci-packages.sh): the .debs (lintian-clean of
 # errors) and the RPMs built from this tree; the .debs installed, esid
 # socket-activated, Debian's nginx with the installed module serving an
 # assembled page, esid reloaded and restarted under wrk load, esictl checked;
 # then everything purged.  Each of its checks is one pass or one fail.
-packages() {
-    step "packages"
-    local log="$logs/packages.log"
-    bash packaging/ci-packages.sh "$root/build-packages" 2>&1 | tee "$log"
-    local line
-    line=$(grep -E '^packages: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
-    if [ -z "$line" ]; then
-        echo "run: packaging/ci-packages.sh ended without its summary"
-        failed=$((failed + 1))
-        return
-    fi
-    passed=$((passed + $(sed -E 's/^packages: ([0-9]+) passed.*/\1/' <<<"$line")))
-    failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")))
-}
-packages
+step "packages"
+counted packages bash packaging/ci-packages.sh "$root/build-packages"
 
 rm -rf "$logs"
 echo
