@@ -533,7 +533,10 @@ esi_wire_set_text(esi_wire_out_t *s, unsigned ptr, const char *p, size_t len)
         return -1;
     }
 
-    memcpy(dst, p, len);
+    if (len) {
+        memcpy(dst, p, len);    /* p may be NULL when len is 0 */
+    }
+
     dst[len] = '\0';
 
     return 0;

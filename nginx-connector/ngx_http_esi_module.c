@@ -4259,7 +4259,8 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         if (pr->uri.len == path->len
             && ngx_strncmp(pr->uri.data, path->data, path->len) == 0
             && pr->args.len == args->len
-            && ngx_strncmp(pr->args.data, args->data, args->len) == 0)
+            && (args->len == 0
+                || ngx_strncmp(pr->args.data, args->data, args->len) == 0))
         {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "esi: include \"%V\" would include itself "

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole gate: dependencies, a RelWithDebInfo build and every ctest test,
-# then an ASan+UBSan build of esid and the unit tests and every ctest test
-# again.  Ends with one line "N passed, N failed"; exits non-zero on any
-# failure.
+# then an ASan+UBSan build of esid, the unit tests, nginx and the module and
+# every ctest test again.  Ends with one line "N passed, N failed"; exits
+# non-zero on any failure.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -60,8 +60,10 @@ fi
 
 suite build
 
-# esid and the unit tests under AddressSanitizer and UBSan; the nginx module
-# is loaded into Debian's unsanitized nginx and stays unsanitized.
+# Everything under AddressSanitizer and UBSan: esid and the unit tests, and
+# for the integration tests an nginx built from Debian's source (apt-get
+# source, once per build-asan tree) with the module built into its tree, both
+# sanitized; a sanitizer report of nginx fails the test (tests/README.md).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 suite build-asan -DESI_SANITIZE=ON

@@ -57,6 +57,11 @@ CRASH_RE = re.compile(
     r"exited on signal|core dumped|\[alert\]|\[emerg\]")
 SANITIZER_RE = re.compile(
     r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
+# A sanitized nginx (ESI_SANITIZE builds) writes ASan's and LSan's reports,
+# master's and workers', to sanitizer.<pid> in the test's temp dir; UBSan's
+# go to stderr, which nginx points at error.log.
+SANITIZER_LOG = "sanitizer"
+SANITIZER_SUPP = os.path.join(SOURCE_DIR, "tests", "sanitize")
 
 NGINX_CONF = """\
 @@USER@@
@@ -287,7 +292,8 @@ class EsiTestCase(unittest.TestCase):
         out = ["", "=" * 70, "logs of %s (%s)" % (self.id(), self.tmp)]
         names = ["nginx.conf", "error.log", "access.log", "origin.log"]
         names += sorted(n for n in os.listdir(self.tmp)
-                        if n.endswith(".stderr") or n.endswith(".stdout"))
+                        if n.endswith(".stderr") or n.endswith(".stdout")
+                        or n.startswith(SANITIZER_LOG + "."))
         for name in names:
             text = _read(os.path.join(self.tmp, name))
             if len(text) > 20000:
@@ -303,12 +309,17 @@ class EsiTestCase(unittest.TestCase):
         problems = []
         log = _read(os.path.join(self.tmp, "error.log"))
         for line in log.splitlines():
-            if CRASH_RE.search(line):
+            if CRASH_RE.search(line) or SANITIZER_RE.search(line):
                 problems.append("error.log: " + line)
         for proc in self.processes:
             for line in proc.stderr().splitlines():
                 if SANITIZER_RE.search(line):
                     problems.append("%s: %s" % (proc.name, line))
+        for name in sorted(os.listdir(self.tmp)):
+            if name.startswith(SANITIZER_LOG + "."):
+                lines = _read(os.path.join(self.tmp, name)).splitlines()
+                found = [l for l in lines if SANITIZER_RE.search(l)]
+                problems += ["%s: %s" % (name, l) for l in found or lines[:1]]
         if problems:
             more = len(problems) - 20
             raise AssertionError("after the test:\n" + "\n".join(
@@ -349,6 +360,19 @@ class EsiTestCase(unittest.TestCase):
         self.esid = proc
         return proc
 
+    def sanitizer_env(self):
+        """The environment with sanitizer reports going to the temp dir."""
+        env = dict(os.environ)
+        log = "log_path=" + os.path.join(self.tmp, SANITIZER_LOG)
+        for tool in ("asan", "lsan", "ubsan"):
+            name = tool.upper() + "_OPTIONS"
+            options = [env.get(name), log if tool != "lsan" else None]
+            supp = os.path.join(SANITIZER_SUPP, tool + ".supp")
+            if os.path.exists(supp):
+                options += ["suppressions=" + supp, "print_suppressions=0"]
+            env[name] = ":".join(filter(None, options))
+        return env
+
     def nginx_conf(self):
         snippets = {
             "HTTP": self.HTTP,
@@ -386,7 +410,8 @@ class EsiTestCase(unittest.TestCase):
                 f.write(self.nginx_conf())
             proc = self.spawn("nginx", [
                 NGINX, "-p", self.tmp + "/", "-e", self.tmp + "/error.log",
-                "-c", conf_path, "-g", "daemon off;"])
+                "-c", conf_path, "-g", "daemon off;"],
+                env=self.sanitizer_env())
             up = poll(lambda: not proc.alive() or tcp_port_answers(self.port))
             if proc.alive() and up:
                 self.nginx = proc
