@@ -324,7 +324,7 @@ NGINX_MAIN = """\
 worker_processes @@WORKERS@@;
 master_process on;
 pid @@DIR@@/nginx.pid;
-error_log @@DIR@@/error.log warn;
+error_log @@DIR@@/error.log @@LOG_LEVEL@@;
 @@MODULES@@
 
 events {
@@ -478,22 +478,30 @@ class Bench:
         self.procs.append(proc)
         return proc
 
-    def nginx(self, name, http, modules=""):
-        """An nginx of its own in tmp/name; returns (process, port)."""
+    def nginx_conf(self, name, http, modules, port, log_level="warn"):
+        """Writes tmp/name/nginx.conf (also for a reload); returns its
+        path."""
         d = os.path.join(self.tmp, name)
         os.makedirs(d, exist_ok=True)
+        conf = fill(NGINX_MAIN, {
+            "USER": "user root;" if os.geteuid() == 0 else "",
+            "WORKERS": self.args.workers,
+            "DIR": d,
+            "LOG_LEVEL": log_level,
+            "MODULES": modules,
+            "HTTP": http.replace("@@PORT@@", str(port)),
+        })
+        path = os.path.join(d, "nginx.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        return path
+
+    def nginx(self, name, http, modules="", log_level="warn"):
+        """An nginx of its own in tmp/name; returns (process, port)."""
+        d = os.path.join(self.tmp, name)
         for attempt in range(3):
             port = free_port()
-            conf = fill(NGINX_MAIN, {
-                "USER": "user root;" if os.geteuid() == 0 else "",
-                "WORKERS": self.args.workers,
-                "DIR": d,
-                "MODULES": modules,
-                "HTTP": http.replace("@@PORT@@", str(port)),
-            })
-            path = os.path.join(d, "nginx.conf")
-            with open(path, "w") as f:
-                f.write(conf)
+            path = self.nginx_conf(name, http, modules, port, log_level)
             proc = self.spawn(name, [NGINX, "-p", d + "/", "-e",
                                      d + "/error.log", "-c", path,
                                      "-g", "daemon off;"])
@@ -627,6 +635,15 @@ class Bench:
         for proc in reversed(self.procs):
             proc.stop()
         self.procs = []
+
+    def finish(self, ok, keep):
+        """Stops everything; removes the temporary directory after a
+        successful run unless asked to keep it."""
+        self.stop()
+        if ok and not keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        else:
+            log("logs kept in %s" % self.tmp)
 
     # -- checking ------------------------------------------------------
 
@@ -1159,14 +1176,15 @@ plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)
     return made
 
 
-def update_readme(md, plots):
-    """Replace the latest-results section of bench/README.md."""
+def update_readme(md, plots, marker="latest"):
+    """Replace the section of bench/README.md between the `marker` comments
+    (latest: the ESI matrix; purge.py has its own)."""
     path = os.path.join(HERE, "README.md")
     if not os.path.exists(path):
         return
     with open(path) as f:
         text = f.read()
-    begin, end = "<!-- latest:begin -->", "<!-- latest:end -->"
+    begin, end = "<!-- %s:begin -->" % marker, "<!-- %s:end -->" % marker
     if begin not in text or end not in text:
         return
     pics = "".join("![%s](results/%s)\n" % (
@@ -1304,11 +1322,7 @@ def main():
         ok = True
         return 0
     finally:
-        bench.stop()
-        if ok and not args.keep:
-            shutil.rmtree(bench.tmp, ignore_errors=True)
-        else:
-            log("logs kept in %s" % bench.tmp)
+        bench.finish(ok, args.keep)
 
 
 if __name__ == "__main__":
