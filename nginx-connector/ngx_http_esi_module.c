@@ -5560,7 +5560,7 @@ ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_esi_main_conf_t *emcf = conf;
 
     ngx_conf_init_msec_value(emcf->timeout, 2000);
-    ngx_conf_init_size_value(emcf->purge_index, 8 * 1024 * 1024);
+    ngx_conf_init_size_value(emcf->purge_index, 64 * 1024 * 1024);
     ngx_conf_init_msec_value(emcf->purge_timeout, 60000);
 
     if (emcf->daemon.data == NULL) {

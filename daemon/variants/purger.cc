@@ -135,6 +135,16 @@ void Purger::scanDone(const std::string& name, Zone& zone) {
   std::vector<StoredFile> found = result.files;
   zone.index->finishScan(std::move(result.files), result.complete);
 
+  const ZoneIndexStats s = zone.index->stats();
+  if (result.complete && !s.complete && zone.indexBytes > 0 && s.files > 0) {
+    // Too small an index is safe (purges read the directory) but slow:
+    // say how much would do.
+    const uint64_t needed = s.bytes / s.files * found.size() * 5 / 4;
+    spdlog::warn("zone {}: esi_purge_index {} holds {} of {} files, so every purge of "
+                 "this zone reads its directory; about {}m would hold them all",
+                 name, zone.indexBytes, s.files, found.size(), needed / (1 << 20) + 1);
+  }
+
   auto waiting = std::move(zone.waiting);
   for (auto& [query, done] : waiting) {
     PurgeOutcome outcome;

@@ -346,6 +346,25 @@ class EsidRestartTest(PurgeTestCase):
         self.assertEqual(self.cache_status("/v", "b"), "MISS")
 
 
+class IndexTooSmallTest(PurgeTestCase):
+    """An index too small for its zone is safe (purges read the directory)
+    and esid says what size would do."""
+    HTTP = "esi_purge_index 1k;"
+
+    def test_rebuild_warns_and_purges_still_find_every_variant(self):
+        self.store_two_variants()
+        for i in range(40):
+            self.origin.route("/s%d" % i, "s")
+            self.assertEqual(self.cache_status("/s%d" % i), "MISS")
+        self.esid.stop()
+        self.start_esid()
+        self.assertTrue(poll(lambda: "every purge of this zone reads its "
+                             "directory" in self.esid.stderr(), bound=20.0))
+        self.assertPurged(self.purge("/v"), 200, "exact; count=2")
+        self.assertIn('exact purge of "/v": 2 file(s) removed, '
+                      'zone directory read', self.error_log())
+
+
 class IndexOffTest(PurgeTestCase):
     HTTP = "esi_purge_index off;"
 
