@@ -483,6 +483,15 @@ static ngx_int_t ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_filter_init(ngx_conf_t *cf);
 
 
+/* Cache-Purge-Result's first word, by NGX_HTTP_ESI_PURGE_KEY ... _TAG */
+
+static ngx_str_t  ngx_http_esi_purge_kinds[] = {
+    ngx_string("exact"),
+    ngx_string("wildcard"),
+    ngx_string("tag")
+};
+
+
 static ngx_conf_enum_t  ngx_http_esi_fallback_modes[] = {
     { ngx_string("passthrough"), NGX_HTTP_ESI_PASSTHROUGH },
     { ngx_string("abort"), NGX_HTTP_ESI_ABORT },
@@ -5257,13 +5266,7 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
     ngx_chain_t       out;
     ngx_table_elt_t  *h;
 
-    static ngx_str_t  kinds[] = {
-        ngx_string("exact"),
-        ngx_string("wildcard"),
-        ngx_string("tag")
-    };
-
-    kind = &kinds[p->kind];
+    kind = &ngx_http_esi_purge_kinds[p->kind];
 
     if (p->status == 0) {
         p->status = p->count ? NGX_HTTP_OK : NGX_HTTP_NOT_FOUND;
@@ -5383,15 +5386,9 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 static void
 ngx_http_esi_purge_log(ngx_http_esi_purge_t *p)
 {
-    static ngx_str_t  kinds[] = {
-        ngx_string("exact"),
-        ngx_string("wildcard"),
-        ngx_string("tag")
-    };
-
     ngx_log_error(NGX_LOG_INFO, p->log, 0,
                   "esi: %V purge of \"%V\": %ui file(s) removed%s%s%V",
-                  &kinds[p->kind], &p->key, p->count,
+                  &ngx_http_esi_purge_kinds[p->kind], &p->key, p->count,
                   p->scanned ? ", zone directory read" : ", via variant index",
                   p->error.len ? ", " : "", &p->error);
 }
