@@ -12,7 +12,9 @@ logs=$(mktemp -d /tmp/esi-run.XXXXXX)
 passed=0
 failed=0
 
-step() { printf '\n==== %s\n' "$*"; }
+# Each step's header carries the seconds since the start, so a slow CI log
+# shows where its time went.
+step() { printf '\n==== [%ds] %s\n' "$SECONDS" "$*"; }
 
 # Configure, build and test one build tree; adds to passed/failed.
 suite() {
@@ -142,5 +144,6 @@ counted packages bash packaging/ci-packages.sh "$root/build-packages"
 
 rm -rf "$logs"
 echo
+echo "run: took ${SECONDS}s"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
