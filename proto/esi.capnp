@@ -4,7 +4,7 @@ $Cxx.namespace("esi::wire");
 # The only definition of every message between the NGINX connector and esid.
 # Framing, ring layout and failure rules: proto/README.md.
 
-const protocolVersion :UInt32 = 2;
+const protocolVersion :UInt32 = 3;
 
 # --- Unix socket ----------------------------------------------------------
 
@@ -106,6 +106,24 @@ struct Open {
   # the worker dropped a plan there and the rest of the body is parsed.
   planFailed @6 :Bool;
   # The object's plan did not match its body: esid forgets it.
+  vars @7 :RequestVars;
+  # What ESI variables and `when` tests may read of the request.
+  maxTagBytes @8 :UInt32;
+  # esi_max_tag_size: the longest ESI tag, attributes included, that is
+  # parsed; a longer one passes as text with a warning.  0: esid's default.
+}
+
+struct RequestVars {
+  # The request's own header values, raw as the client sent them; esid
+  # escapes whatever it substitutes.
+  host @0 :Text;
+  userAgent @1 :Text;
+  referer @2 :Text;
+  acceptLanguage @3 :Text;
+  queryString @4 :Text;
+  # Undecoded, without the "?".
+  cookies @5 :Text;
+  # "a=1; b=2": only the cookies esi_cookies names, none by default.
 }
 
 struct Response {
@@ -158,6 +176,11 @@ struct PlanStep {
       offset @3 :UInt64;
       bytes @4 :Data;
     }
+    literal @5 :Data;
+    tryStart @6 :Void;
+    tryExcept @7 :Void;
+    tryEnd @8 :Void;
+    # As in Instruction.
   }
 }
 
@@ -188,6 +211,16 @@ struct Instruction {
       length @1 :UInt32;
     }
     include @2 :Include;
+    literal @3 :Data;
+    # Emit these bytes: text esid made, such as a substituted variable.
+    tryStart @4 :Void;
+    # <esi:attempt>: hold the output from here until tryExcept.
+    tryExcept @5 :Void;
+    # The attempt ends.  If one of its includes failed (after alt, and not
+    # onerror="continue"), its held output is dropped and what follows up
+    # to tryEnd is emitted; otherwise the held output is emitted and what
+    # follows up to tryEnd is dropped.  Tries nest.
+    tryEnd @6 :Void;
   }
 }
 
