@@ -24,6 +24,7 @@ import argparse
 import csv
 import datetime
 import gzip
+import json
 import os
 import random
 import re
@@ -55,10 +56,13 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Main-matrix arms in the order each round measures them.  "esi-aa" is the
 # same target as "esi", measured again in the same round: the A/A arm.
-MAIN_ARMS = ("esi", "varnish", "ssi", "noesi", "esi-aa")
-COST_ARMS = ("esi-off", "esi-on", "esi-on-aa")
+# "esiplan" is the same nginx configuration with parse plans on (esi_plan).
+MAIN_ARMS = ("esi", "esiplan", "varnish", "ssi", "noesi", "esi-aa")
+COST_ARMS = ("esi-off", "esi-on", "esi-plan", "esi-on-aa")
 ARM_LABEL = {
     "esi": "esid + module",
+    "esiplan": "esid + module, plans",
+    "esi-plan": "esi on, plans",
     "esi-aa": "esid + module (A/A)",
     "varnish": "Varnish 7.1",
     "ssi": "nginx SSI",
@@ -529,6 +533,7 @@ class Bench:
                 row = (n, d)
                 self.expected[("main", row)] = flat
                 self.urls[("main", row, "esi")] = "/esi/" + name
+                self.urls[("main", row, "esiplan")] = "/esi/" + name
                 self.urls[("main", row, "varnish")] = "/esi/" + name
                 self.urls[("main", row, "ssi")] = "/ssi/" + name
                 self.urls[("main", row, "noesi")] = "/flat/" + name
@@ -564,7 +569,7 @@ class Bench:
 
         module = os.path.join(a.build_dir, "ngx_http_esi_module.so")
         esid_bin = os.path.join(a.build_dir, "esid")
-        sock = os.path.join(self.tmp, "esid.sock")
+        sock = self.esid_socket = os.path.join(self.tmp, "esid.sock")
 
         def target_http(name, pages, page_directives, extra, status):
             return fill(TARGET_HTTP, {
@@ -588,6 +593,16 @@ class Bench:
         proc, port = self.nginx("esi", http, "load_module %s;" % module)
         self.targets["esi"] = Target("esi", port, [proc, esid])
         log("esi      on 127.0.0.1:%d (nginx + module + esid)" % port)
+
+        # The same with parse plans: cache hits replay the page's plan.
+        http = target_http("esiplan", "/esi/",
+                           "            esi on;\n            esi_plan plans;",
+                           "    esi_daemon unix:%s;\n"
+                           "    esi_plan_zone plans:64m;" % sock,
+                           "$esi_status")
+        proc, port = self.nginx("esiplan", http, "load_module %s;" % module)
+        self.targets["esiplan"] = Target("esiplan", port, [proc, esid])
+        log("esiplan  on 127.0.0.1:%d (nginx + module + esid, plans)" % port)
 
         # NGINX with ESI off (module loaded, `esi off`): the same bytes,
         # already assembled.
@@ -624,6 +639,15 @@ class Bench:
                                    proc.stderr())
         self.targets["varnish"] = Target("varnish", port, [proc])
         log("varnish  on 127.0.0.1:%d (%s)" % (port, self.varnish_version()))
+
+    def esid_stats(self):
+        """esid's counters (`esictl stats --json`)."""
+        r = subprocess.run([os.path.join(self.args.build_dir, "esictl"),
+                            "--socket", self.esid_socket, "stats", "--json"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError("esictl stats: " + r.stderr)
+        return json.loads(r.stdout)
 
     def varnish_version(self):
         out = subprocess.run([VARNISHD, "-V"], capture_output=True,
@@ -678,9 +702,10 @@ class Bench:
         return status, headers, data, note
 
     def verify(self, target, path, expected, accept_gzip):
-        """None if the target answers `expected` (twice: miss, then hit),
-        else what differs."""
-        for attempt in ("first", "second"):
+        """None if the target answers `expected` three times (a miss, a
+        hit, and a hit again: the first that a parse plan replays), else
+        what differs."""
+        for attempt in ("first", "second", "third"):
             status, headers, data, note = self.fetch(target.url(path),
                                                      accept_gzip)
             if data is None:
@@ -966,9 +991,10 @@ def write_results(args, info, main_res, cost_res, started, load_before,
     return base, md, plots
 
 
-TARGET_OF_ARM = {"esi": "esi", "esi-aa": "esi", "varnish": "varnish",
-                 "ssi": "ssi", "noesi": "noesi", "esi-off": "noesi",
-                 "esi-on": "esi", "esi-on-aa": "esi"}
+TARGET_OF_ARM = {"esi": "esi", "esi-aa": "esi", "esiplan": "esiplan",
+                 "varnish": "varnish", "ssi": "ssi", "noesi": "noesi",
+                 "esi-off": "noesi", "esi-on": "esi", "esi-plan": "esiplan",
+                 "esi-on-aa": "esi"}
 
 
 def csv_arm(arm, r):
@@ -1015,19 +1041,22 @@ def markdown(args, info, main_res, cost_res, started, load_before,
         L.append("Requests per second (median), ratios against Varnish and "
                  "against our own A/A arm:")
         L.append("")
-        L.append("| N | D | esid + module | A/A | A/A drift | Varnish 7.1 | "
-                 "ours / Varnish | nginx SSI | nginx, no ESI | ours / no ESI "
-                 "| faster |")
-        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        L.append("| N | D | esid + module | A/A | A/A drift | with plans | "
+                 "Varnish 7.1 | ours / Varnish | with plans / Varnish | "
+                 "nginx SSI | nginx, no ESI | ours / no ESI | faster |")
+        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+                 "---:|---|")
         for row, r in main_res.items():
             aa = ratio(r["esi"], r["esi-aa"])
             L.append("| %d | %d ms | %s | %s | %s | %s | %s | %s | %s | %s "
-                     "| %s |" % (
+                     "| %s | %s | %s |" % (
                          row[0], row[1],
                          cell(r["esi"], "rps", fmt),
                          cell(r["esi-aa"], "rps", fmt), pct(aa),
+                         cell(r["esiplan"], "rps", fmt),
                          cell(r["varnish"], "rps", fmt),
                          fmt_ratio(ratio(r["esi"], r["varnish"])),
+                         fmt_ratio(ratio(r["esiplan"], r["varnish"])),
                          cell(r["ssi"], "rps", fmt),
                          cell(r["noesi"], "rps", fmt),
                          fmt_ratio(ratio(r["esi"], r["noesi"])),
@@ -1035,31 +1064,33 @@ def markdown(args, info, main_res, cost_res, started, load_before,
         L.append("")
         L.append("Latency, p50 / p99 in ms (median of the runs):")
         L.append("")
-        L.append("| N | D | esid + module | A/A | Varnish 7.1 | nginx SSI | "
-                 "nginx, no ESI |")
-        L.append("|---:|---:|---:|---:|---:|---:|---:|")
+        L.append("| N | D | esid + module | A/A | with plans | Varnish 7.1 "
+                 "| nginx SSI | nginx, no ESI |")
+        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row, r in main_res.items():
             L.append("| %d | %d ms | %s |" % (row[0], row[1], " | ".join(
                 cell(r[a], "p50", fmt_ms) + " / " + cell(r[a], "p99", fmt_ms)
                 if "differs" not in r[a] else "differs"
-                for a in ("esi", "esi-aa", "varnish", "ssi", "noesi"))))
+                for a in ("esi", "esi-aa", "esiplan", "varnish", "ssi",
+                          "noesi"))))
         L.append("")
         L.append("CPU per request in microseconds (utime + stime of the "
                  "target's processes; ours counts nginx and esid, esid's "
                  "part in its own column):")
         L.append("")
-        L.append("| N | D | esid + module | of it esid | A/A | Varnish 7.1 | "
-                 "ours / Varnish | nginx SSI | nginx, no ESI |")
-        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        L.append("| N | D | esid + module | of it esid | A/A | with plans | "
+                 "Varnish 7.1 | ours / Varnish | nginx SSI | nginx, no ESI |")
+        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row, r in main_res.items():
             try:
                 cr = r["esi"]["cpu_us"] / r["varnish"]["cpu_us"]
             except (KeyError, ZeroDivisionError):
                 cr = float("nan")
-            L.append("| %d | %d ms | %s | %s | %s | %s | %s | %s | %s |" % (
-                row[0], row[1], cell(r["esi"], "cpu_us", fmt),
+            L.append("| %d | %d ms | %s | %s | %s | %s | %s | %s | %s | %s |"
+                     % (row[0], row[1], cell(r["esi"], "cpu_us", fmt),
                 cell(r["esi"], "cpu_us_esid", fmt),
                 cell(r["esi-aa"], "cpu_us", fmt),
+                cell(r["esiplan"], "cpu_us", fmt),
                 cell(r["varnish"], "cpu_us", fmt), fmt_ratio(cr),
                 cell(r["ssi"], "cpu_us", fmt),
                 cell(r["noesi"], "cpu_us", fmt)))
@@ -1069,24 +1100,30 @@ def markdown(args, info, main_res, cost_res, started, load_before,
                  "fragments answered by `return 200`, plain (no gzip) client")
         L.append("")
         L.append("| page | kind | includes | esi off rps | esi on rps | A/A "
-                 "rps | A/A drift | on / off | off p99 ms | on p99 ms | "
-                 "off CPU us/req | on CPU us/req | of it esid |")
+                 "rps | A/A drift | on / off | plans rps | plans / off | "
+                 "off p99 ms | on p99 ms | plans p99 ms | off CPU us/req | "
+                 "on CPU us/req | of it esid | plans CPU us/req | of it esid |")
         L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-                 "---:|")
+                 "---:|---:|---:|---:|---:|---:|")
         for row, r in cost_res.items():
             aa = ratio(r["esi-on"], r["esi-on-aa"])
             L.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s "
-                     "| %s | %s |"
+                     "| %s | %s | %s | %s | %s | %s | %s |"
                      % (size_label(row[0]), row[1], row[2],
                         cell(r["esi-off"], "rps", fmt),
                         cell(r["esi-on"], "rps", fmt),
                         cell(r["esi-on-aa"], "rps", fmt), pct(aa),
                         fmt_ratio(ratio(r["esi-on"], r["esi-off"])),
+                        cell(r["esi-plan"], "rps", fmt),
+                        fmt_ratio(ratio(r["esi-plan"], r["esi-off"])),
                         cell(r["esi-off"], "p99", fmt_ms),
                         cell(r["esi-on"], "p99", fmt_ms),
+                        cell(r["esi-plan"], "p99", fmt_ms),
                         cell(r["esi-off"], "cpu_us", fmt),
                         cell(r["esi-on"], "cpu_us", fmt),
-                        cell(r["esi-on"], "cpu_us_esid", fmt)))
+                        cell(r["esi-on"], "cpu_us_esid", fmt),
+                        cell(r["esi-plan"], "cpu_us", fmt),
+                        cell(r["esi-plan"], "cpu_us_esid", fmt)))
         L.append("")
     bad = [(row, arm) for res in (main_res, cost_res)
            for row, arms in res.items() for arm, r in arms.items()
@@ -1122,20 +1159,20 @@ def plot(args, base, main_res, cost_res):
     made = []
     jobs = []
     if main_res:
-        arms = ("esi", "esi-aa", "varnish", "ssi", "noesi")
+        arms = ("esi", "esi-aa", "esiplan", "varnish", "ssi", "noesi")
         rows = [("N=%d D=%d" % row, r) for row, r in main_res.items()]
         jobs += [(base + "-rps.png", "requests/s (log scale)", "rps", arms,
                   rows, "256 KB shell, N fragments, D ms: requests/s"),
                  (base + "-p99.png", "p99 latency, ms (log scale)", "p99",
                   arms, rows, "256 KB shell, N fragments, D ms: p99 latency")]
     if cost_res:
-        arms = ("esi-off", "esi-on", "esi-on-aa")
+        arms = ("esi-off", "esi-on", "esi-on-aa", "esi-plan")
         rows = [("%s %s %d" % (size_label(row[0]).replace(" ", ""), row[1],
                                row[2]), r) for row, r in cost_res.items()]
         jobs += [(base + "-cost-rps.png", "requests/s (log scale)", "rps",
-                  arms, rows, "ESI cost: esi off vs on, requests/s"),
+                  arms, rows, "ESI cost: esi off, on, on with plans: requests/s"),
                  (base + "-cost-p99.png", "p99 latency, ms (log scale)",
-                  "p99", arms, rows, "ESI cost: esi off vs on, p99 latency")]
+                  "p99", arms, rows, "ESI cost: esi off, on, on with plans: p99 latency")]
     for png, ylabel, key, arms, rows, title in jobs:
         dat = png[:-4] + ".dat"
         with open(dat, "w") as f:
@@ -1264,7 +1301,8 @@ def main():
             if arm == "esi-off":
                 return (targets["noesi"], bench.urls[("cost", row)],
                         bench.expected[("cost", row, "off")])
-            return (targets["esi"], bench.urls[("cost", row)],
+            return (targets["esiplan" if arm == "esi-plan" else "esi"],
+                    bench.urls[("cost", row)],
                     bench.expected[("cost", row, "on")])
 
         if args.mode == "smoke":
@@ -1285,6 +1323,13 @@ def main():
                                             problem or "ok"))
                     failed += bool(problem)
                     passed += not problem
+            # Each plan arm's third fetch was a planned hit.
+            planned = bench.esid_stats()["planned"]
+            log("planned hits: %d" % planned)
+            if planned < len(rows) + len(cost_rows):
+                log("the plan arms replayed %d plans, expected at least %d" % (
+                    planned, len(rows) + len(cost_rows)))
+                failed += 1
             for name, t in targets.items():
                 if not t.alive():
                     log("%s died" % name)
