@@ -8,9 +8,10 @@
 
 namespace esi {
 
-Stream::Stream(std::string uri, std::string authority, Stats& stats, uint64_t base)
+Stream::Stream(std::string uri, std::string authority, Stats& stats, uint64_t base,
+               ParserLimits limits)
     : uri_(std::move(uri)), authority_(std::move(authority)), stats_(stats), base_(base),
-      parser_(*this) {}
+      parser_(*this, limits) {}
 
 void Stream::record(size_t maxBytes) {
   recording_ = true;
