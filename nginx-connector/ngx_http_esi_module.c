@@ -454,6 +454,7 @@ static ngx_uint_t ngx_http_esi_held_equal(ngx_http_esi_ctx_t *ctx,
 static ngx_http_esi_insn_t *ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_include_insn(ngx_http_request_t *r,
     esi_wire_struct_t *inc, ngx_http_esi_insn_t *insn);
+static ngx_uint_t ngx_http_esi_splits_line(ngx_str_t *s, ngx_uint_t args);
 
 static ngx_int_t ngx_http_esi_purge_access(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_purge_handler(ngx_http_request_t *r);
@@ -1719,7 +1720,40 @@ ngx_http_esi_include_insn(ngx_http_request_t *r, esi_wire_struct_t *inc,
                                    &insn->alt_args, 0);
     }
 
+    if (rc == NGX_OK
+        && (ngx_http_esi_splits_line(&insn->path, 0)
+            || ngx_http_esi_splits_line(&insn->args, 1)
+            || ngx_http_esi_splits_line(&insn->alt_path, 0)
+            || ngx_http_esi_splits_line(&insn->alt_args, 1)))
+    {
+        rc = NGX_DECLINED;
+    }
+
     return rc;
+}
+
+
+/*
+ * The proxy module escapes a subrequest's path but copies its args as they
+ * are into the request line upstream: a byte that ends the line there
+ * could add a header.  esid refuses such a src; a worker checks anyway.
+ */
+
+static ngx_uint_t
+ngx_http_esi_splits_line(ngx_str_t *s, ngx_uint_t args)
+{
+    u_char  c;
+    size_t  i;
+
+    for (i = 0; i < s->len; i++) {
+        c = s->data[i];
+
+        if (c < 0x20 || c == 0x7f || (args && c == ' ')) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
