@@ -73,7 +73,8 @@ void Stream::include(std::string_view src, std::string_view alt,
     call.args = std::move(resolved.args);
   } else {
     ++stats_.errors;
-    spdlog::warn("{}: include \"{}\" refused: {}", uri_, src, resolved.reason);
+    // Escaped and quoted: a src's CR or LF must not forge lines in the log.
+    spdlog::warn("{}: include {:?} refused: {}", uri_, src, resolved.reason);
   }
 
   if (!alt.empty()) {
@@ -83,7 +84,7 @@ void Stream::include(std::string_view src, std::string_view alt,
       call.altArgs = std::move(altResolved.args);
     } else {
       ++stats_.errors;
-      spdlog::warn("{}: include alt \"{}\" refused: {}", uri_, alt,
+      spdlog::warn("{}: include alt {:?} refused: {}", uri_, alt,
                    altResolved.reason);
     }
   }
