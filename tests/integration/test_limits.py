@@ -243,6 +243,15 @@ class LargeFragmentTest(EsiTestCase):
         self.assertIn("esi_max_fragment_size 100001, the rest of it is "
                       "discarded", self.error_log())
 
+    def test_cut_in_a_fragment_that_is_esi_processed(self):
+        # Its own stream must still see the end of its input, or the page
+        # would wait for it for ever.
+        self.SERVER = "esi_max_fragment_size 100001;"
+        self.origin.route("/esi/big", self.FRAGMENT, length=False)
+        self.assertBody("/p", b"a" + self.FRAGMENT[:100001] + b"b")
+        self.assertIn("esi_max_fragment_size 100001, the rest of it is "
+                      "discarded", self.error_log())
+
     def test_the_default_leaves_it_whole(self):
         self.assertBody("/p", b"a" + self.FRAGMENT + b"b")
 
