@@ -59,6 +59,10 @@
 #define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
 
+/* esi_max_tag_size: esid's own range (ParserLimits) */
+#define NGX_HTTP_ESI_TAG_SIZE_MIN      256
+#define NGX_HTTP_ESI_TAG_SIZE_MAX      (1024 * 1024)
+
 #define NGX_HTTP_ESI_BACKOFF_MIN       100
 #define NGX_HTTP_ESI_BACKOFF_MAX       1000
 #define NGX_HTTP_ESI_WELCOME_WORDS     32
@@ -106,6 +110,8 @@ typedef struct {
     ngx_int_t                  max_depth;
     ngx_uint_t                 max_includes;
     off_t                      max_page_size;
+    size_t                     max_tag_size;
+    off_t                      max_fragment_size;
 
     ngx_hash_t                 types;
     ngx_array_t               *types_keys;
@@ -205,6 +211,7 @@ typedef struct {
     off_t                      plan_length;
     off_t                      base;        /* first byte esid parses */
     ngx_uint_t                 includes;    /* issued, alt= not counted */
+    off_t                      fragment_room; /* esi_max_fragment_size left */
 
 #if (NGX_ZLIB)
     z_stream                   zstream;     /* a gzipped body's inflate */
@@ -219,6 +226,9 @@ typedef struct {
     unsigned                   zerror:1;    /* the gzip body is broken */
     unsigned                   fragment:1;  /* a sequential include */
     unsigned                   discard:1;   /* ... that failed */
+    unsigned                   limited:1;   /* esi_max_fragment_size applies */
+    unsigned                   oversized:1; /* ... its Content-Length is over */
+    unsigned                   cut:1;       /* ... it grew past it */
     unsigned                   in_table:1;
     unsigned                   tx_queued:1;
     unsigned                   wake_queued:1;
@@ -415,6 +425,11 @@ static ngx_int_t ngx_http_esi_include(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_insn_t *insn, ngx_uint_t alt);
 static ngx_int_t ngx_http_esi_include_failed(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_insn_t *insn, ngx_uint_t alt);
+static ngx_int_t ngx_http_esi_fragment_header(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t **ctxp);
+static ngx_int_t ngx_http_esi_fragment_limit(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t **in);
+static ngx_int_t ngx_http_esi_fragment_marker(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_include_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static ngx_int_t ngx_http_esi_fallback(ngx_http_request_t *r,
@@ -439,6 +454,7 @@ static ngx_uint_t ngx_http_esi_held_equal(ngx_http_esi_ctx_t *ctx,
 static ngx_http_esi_insn_t *ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_include_insn(ngx_http_request_t *r,
     esi_wire_struct_t *inc, ngx_http_esi_insn_t *insn);
+static ngx_uint_t ngx_http_esi_splits_line(ngx_str_t *s, ngx_uint_t args);
 
 static ngx_int_t ngx_http_esi_purge_access(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_purge_handler(ngx_http_request_t *r);
@@ -480,6 +496,8 @@ static char *ngx_http_esi_plan_zone(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
+static char *ngx_http_esi_tag_size_bounds(ngx_conf_t *cf, void *post,
+    void *data);
 static ngx_int_t ngx_http_esi_filter_init(ngx_conf_t *cf);
 
 
@@ -497,6 +515,10 @@ static ngx_conf_enum_t  ngx_http_esi_fallback_modes[] = {
     { ngx_string("abort"), NGX_HTTP_ESI_ABORT },
     { ngx_null_string, 0 }
 };
+
+
+static ngx_conf_post_t  ngx_http_esi_tag_size_post =
+    { ngx_http_esi_tag_size_bounds };
 
 
 static ngx_command_t  ngx_http_esi_filter_commands[] = {
@@ -549,6 +571,20 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       ngx_conf_set_off_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_loc_conf_t, max_page_size),
+      NULL },
+
+    { ngx_string("esi_max_tag_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, max_tag_size),
+      &ngx_http_esi_tag_size_post },
+
+    { ngx_string("esi_max_fragment_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, max_fragment_size),
       NULL },
 
     { ngx_string("esi_fallback"),
@@ -1684,7 +1720,40 @@ ngx_http_esi_include_insn(ngx_http_request_t *r, esi_wire_struct_t *inc,
                                    &insn->alt_args, 0);
     }
 
+    if (rc == NGX_OK
+        && (ngx_http_esi_splits_line(&insn->path, 0)
+            || ngx_http_esi_splits_line(&insn->args, 1)
+            || ngx_http_esi_splits_line(&insn->alt_path, 0)
+            || ngx_http_esi_splits_line(&insn->alt_args, 1)))
+    {
+        rc = NGX_DECLINED;
+    }
+
     return rc;
+}
+
+
+/*
+ * The proxy module escapes a subrequest's path but copies its args as they
+ * are into the request line upstream: a byte that ends the line there
+ * could add a header.  esid refuses such a src; a worker checks anyway.
+ */
+
+static ngx_uint_t
+ngx_http_esi_splits_line(ngx_str_t *s, ngx_uint_t args)
+{
+    u_char  c;
+    size_t  i;
+
+    for (i = 0; i < s->len; i++) {
+        c = s->data[i];
+
+        if (c < 0x20 || c == 0x7f || (args && c == ' ')) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -2531,6 +2600,7 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
 
     r = ctx->request;
     max = esi_ring_max_payload(&d->tx);
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
 
     if (!ctx->open_sent) {
         if (r->headers_in.host) {
@@ -2582,6 +2652,8 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
                                  (const char *) r->uri.data, uri_len);
         (void) esi_wire_set_text(&open, ESI_WIRE_OPEN_AUTHORITY_PTR,
                                  (const char *) host_data, host_len);
+        esi_wire_set_u32(&open, ESI_WIRE_OPEN_MAX_TAG_BYTES_OFFSET,
+                         (uint32_t) elcf->max_tag_size);
 
         if (zone) {
             dst = esi_wire_alloc_data(&open, ESI_WIRE_OPEN_OBJECT_PTR,
@@ -2615,8 +2687,6 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
     if (ctx->plan_wait) {
         return NGX_OK;
     }
-
-    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
 
     room = (max - esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
                                 + ESI_WIRE_REQUEST_POINTERS, 0))
@@ -2974,6 +3044,7 @@ ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx)
 static ngx_int_t
 ngx_http_esi_header_filter(ngx_http_request_t *r)
 {
+    ngx_int_t                  rc;
     ngx_uint_t                 depth, encoding;
     ngx_http_request_t        *pr;
     ngx_http_esi_ctx_t        *ctx, *pctx;
@@ -2997,6 +3068,18 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
     {
         ctx->discard = 1;
         return ngx_http_next_header_filter(r);
+    }
+
+    if (r != r->main) {
+        rc = ngx_http_esi_fragment_header(r, &ctx);
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc == NGX_OK) {
+            return ngx_http_next_header_filter(r);
+        }
     }
 
     encoding = ngx_http_esi_encoding(r);
@@ -3597,9 +3680,21 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         for (cl = in; cl; cl = cl->next) {
             cl->buf->pos = cl->buf->last;
             cl->buf->file_pos = cl->buf->file_last;
+
+            /* a parallel include has no alt= nor onerror: it fails here */
+
+            if (cl->buf->last_in_chain && ctx->oversized && !ctx->fragment) {
+                return ngx_http_esi_fragment_marker(r);
+            }
         }
 
         return NGX_OK;
+    }
+
+    if (ctx && ctx->limited
+        && ngx_http_esi_fragment_limit(r, ctx, &in) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (ctx == NULL || !ctx->stream
@@ -4361,15 +4456,203 @@ ngx_http_esi_include_failed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 }
 
 
+/*
+ * An include of the page counts against its esi_max_fragment_size.  One
+ * whose Content-Length says it is larger fails as an error status does:
+ * NGX_OK, its body is discarded.  NGX_DECLINED: it goes on, counted.
+ */
+
+static ngx_int_t
+ngx_http_esi_fragment_header(ngx_http_request_t *r, ngx_http_esi_ctx_t **ctxp)
+{
+    ngx_http_esi_ctx_t       *ctx, *pctx;
+    ngx_http_esi_loc_conf_t  *plcf;
+
+    pctx = ngx_http_get_module_ctx(r->parent, ngx_http_esi_module);
+    plcf = ngx_http_get_module_loc_conf(r->parent, ngx_http_esi_module);
+
+    if (pctx == NULL || !pctx->stream || plcf->max_fragment_size == 0) {
+        return NGX_DECLINED;
+    }
+
+    ctx = *ctxp;
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_set_ctx(r, ctx, ngx_http_esi_module);
+        *ctxp = ctx;
+    }
+
+    ctx->limited = 1;
+    ctx->fragment_room = plcf->max_fragment_size;
+
+    if (r->headers_out.content_length_n <= plcf->max_fragment_size) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "esi: include \"%V\" is larger than "
+                  "esi_max_fragment_size %O (Content-Length %O), "
+                  "include failed", &r->uri, plcf->max_fragment_size,
+                  r->headers_out.content_length_n);
+
+    ctx->oversized = 1;
+    ctx->discard = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * What an include sends past esi_max_fragment_size is consumed unseen; the
+ * end of its response still goes on, so that the include, and an ESI
+ * stream of its own, finish.
+ */
+
+static ngx_int_t
+ngx_http_esi_fragment_limit(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_chain_t **in)
+{
+    off_t                     size;
+    ngx_buf_t                *b;
+    ngx_uint_t                end;
+    ngx_chain_t              *cl, *out, **ll;
+    ngx_http_esi_loc_conf_t  *plcf;
+
+    size = 0;
+
+    for (cl = *in; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    if (size <= ctx->fragment_room) {
+        ctx->fragment_room -= size;
+        return NGX_OK;
+    }
+
+    if (!ctx->cut) {
+        ctx->cut = 1;
+        plcf = ngx_http_get_module_loc_conf(r->parent, ngx_http_esi_module);
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: include \"%V\" is larger than "
+                      "esi_max_fragment_size %O, the rest of it is "
+                      "discarded", &r->uri, plcf->max_fragment_size);
+    }
+
+    out = NULL;
+    ll = &out;
+    end = 0;
+
+    for (cl = *in; cl; cl = cl->next) {
+        b = cl->buf;
+        size = ngx_buf_size(b);
+
+        if (size > ctx->fragment_room) {
+            if (ctx->fragment_room == 0) {
+                end |= b->last_in_chain;
+                b->pos = b->last;
+                b->file_pos = b->file_last;
+                continue;
+            }
+
+            /* cut in place, as the range filter does */
+
+            if (b->in_file) {
+                b->file_last = b->file_pos + ctx->fragment_room;
+            }
+
+            if (ngx_buf_in_memory(b)) {
+                b->last = b->pos + (size_t) ctx->fragment_room;
+            }
+
+            size = ctx->fragment_room;
+        }
+
+        ctx->fragment_room -= size;
+
+        *ll = ngx_alloc_chain_link(r->pool);
+        if (*ll == NULL) {
+            return NGX_ERROR;
+        }
+
+        (*ll)->buf = b;
+        ll = &(*ll)->next;
+    }
+
+    if (end) {
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->last_in_chain = 1;
+        b->sync = 1;
+
+        *ll = ngx_alloc_chain_link(r->pool);
+        if (*ll == NULL) {
+            return NGX_ERROR;
+        }
+
+        (*ll)->buf = b;
+        ll = &(*ll)->next;
+    }
+
+    *ll = NULL;
+    *in = out;
+
+    return NGX_OK;
+}
+
+
+/* in place of a parallel include refused by its Content-Length */
+
+static ngx_int_t
+ngx_http_esi_fragment_marker(ngx_http_request_t *r)
+{
+    ngx_buf_t                *b;
+    ngx_chain_t               out;
+    ngx_http_esi_loc_conf_t  *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r->parent, ngx_http_esi_module);
+
+    if (plcf->silent_errors) {
+        return NGX_OK;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->memory = 1;
+    b->pos = ngx_http_esi_error_marker;
+    b->last = ngx_http_esi_error_marker + sizeof(ngx_http_esi_error_marker) - 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_next_body_filter(r, &out);
+}
+
+
 static ngx_int_t
 ngx_http_esi_include_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
 {
     ngx_http_esi_ctx_t  *ctx = data;
+    ngx_http_esi_ctx_t  *sctx;
+
+    sctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
 
     if (ctx->wait == r
         && (rc == NGX_ERROR
             || rc >= NGX_HTTP_BAD_REQUEST
-            || r->headers_out.status >= NGX_HTTP_BAD_REQUEST))
+            || r->headers_out.status >= NGX_HTTP_BAD_REQUEST
+            || (sctx && sctx->oversized)))
     {
         ctx->wait_failed = 1;
     }
@@ -5610,6 +5893,8 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->max_depth = NGX_CONF_UNSET;
     elcf->max_includes = NGX_CONF_UNSET_UINT;
     elcf->max_page_size = NGX_CONF_UNSET;
+    elcf->max_tag_size = NGX_CONF_UNSET_SIZE;
+    elcf->max_fragment_size = NGX_CONF_UNSET;
     elcf->plan = NGX_CONF_UNSET_PTR;
 
     return elcf;
@@ -5638,6 +5923,10 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->max_includes, prev->max_includes, 256);
     ngx_conf_merge_off_value(conf->max_page_size, prev->max_page_size,
                              64 * 1024 * 1024);
+    ngx_conf_merge_size_value(conf->max_tag_size, prev->max_tag_size,
+                              8 * 1024);
+    ngx_conf_merge_off_value(conf->max_fragment_size,
+                             prev->max_fragment_size, 16 * 1024 * 1024);
     ngx_conf_merge_ptr_value(conf->plan, prev->plan, NULL);
 
     if (conf->buffer_size < 8) {
@@ -5961,6 +6250,19 @@ ngx_http_esi_plan_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 /* esi_plan zone | off; the zone must have been declared above */
+
+static char *
+ngx_http_esi_tag_size_bounds(ngx_conf_t *cf, void *post, void *data)
+{
+    size_t  *sp = data;
+
+    if (*sp < NGX_HTTP_ESI_TAG_SIZE_MIN || *sp > NGX_HTTP_ESI_TAG_SIZE_MAX) {
+        return "must be between 256 and 1m";
+    }
+
+    return NGX_CONF_OK;
+}
+
 
 static char *
 ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)

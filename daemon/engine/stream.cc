@@ -8,9 +8,10 @@
 
 namespace esi {
 
-Stream::Stream(std::string uri, std::string authority, Stats& stats, uint64_t base)
+Stream::Stream(std::string uri, std::string authority, Stats& stats, uint64_t base,
+               ParserLimits limits)
     : uri_(std::move(uri)), authority_(std::move(authority)), stats_(stats), base_(base),
-      parser_(*this) {}
+      parser_(*this, limits) {}
 
 void Stream::record(size_t maxBytes) {
   recording_ = true;
@@ -72,7 +73,8 @@ void Stream::include(std::string_view src, std::string_view alt,
     call.args = std::move(resolved.args);
   } else {
     ++stats_.errors;
-    spdlog::warn("{}: include \"{}\" refused: {}", uri_, src, resolved.reason);
+    // Escaped and quoted: a src's CR or LF must not forge lines in the log.
+    spdlog::warn("{}: include {:?} refused: {}", uri_, src, resolved.reason);
   }
 
   if (!alt.empty()) {
@@ -82,7 +84,7 @@ void Stream::include(std::string_view src, std::string_view alt,
       call.altArgs = std::move(altResolved.args);
     } else {
       ++stats_.errors;
-      spdlog::warn("{}: include alt \"{}\" refused: {}", uri_, alt,
+      spdlog::warn("{}: include alt {:?} refused: {}", uri_, alt,
                    altResolved.reason);
     }
   }

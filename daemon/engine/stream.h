@@ -35,7 +35,8 @@ class Stream final : private ParserSink {
  public:
   // base: the stream offset of the first byte fed (the worker dropped a
   // plan there; the parse starts afresh, outside any construct).
-  Stream(std::string uri, std::string authority, Stats& stats, uint64_t base = 0);
+  Stream(std::string uri, std::string authority, Stats& stats, uint64_t base = 0,
+         ParserLimits limits = {});
 
   void feed(std::string_view bytes);
   void finish();

@@ -15,8 +15,12 @@
 namespace esi {
 
 struct ParserLimits {
-  // Longest ESI tag (with its attributes) buffered across chunks; a longer
-  // one is passed through as text with a warning.
+  // The range esi_max_tag_size may set.
+  static constexpr size_t kMinTagBytes = 256;
+  static constexpr size_t kMaxTagBytes = size_t{1} << 20;
+
+  // Longest ESI tag, from its '<' to its '>' with the attributes, buffered
+  // across chunks; a longer one is passed through as text with a warning.
   size_t maxTagBytes = 8192;
 };
 

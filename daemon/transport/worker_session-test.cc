@@ -69,13 +69,15 @@ class TestWorker {
     for (int fd : fds) if (fd >= 0) close(fd);
   }
 
-  void open(uint32_t stream, const std::string& uri, const std::string& authority) {
+  void open(uint32_t stream, const std::string& uri, const std::string& authority,
+            uint32_t maxTagBytes = 0) {
     send(stream, ESI_WIRE_REQUEST_OPEN_WHICH, [&](esi_wire_out_t* req) {
       esi_wire_out_t o;
       esi_wire_set_struct(req, ESI_WIRE_REQUEST_OPEN_PTR, ESI_WIRE_OPEN_DATA_WORDS,
                           ESI_WIRE_OPEN_POINTERS, &o);
       esi_wire_set_text(&o, ESI_WIRE_OPEN_URI_PTR, uri.data(), uri.size());
       esi_wire_set_text(&o, ESI_WIRE_OPEN_AUTHORITY_PTR, authority.data(), authority.size());
+      esi_wire_set_u32(&o, ESI_WIRE_OPEN_MAX_TAG_BYTES_OFFSET, maxTagBytes);
     });
   }
 
@@ -362,6 +364,51 @@ TEST_F(WorkerSessionTest, IncludeOfAnotherAuthorityArrivesWithAnEmptyPath) {
   serve();
   EXPECT_EQ(worker_->received.assembled, "[?]");
   EXPECT_EQ(stats_.errors, 1u);
+}
+
+// An include tag of exactly `length` bytes, '<' to '>', and what a worker
+// gets for it when it is parsed.
+std::string includeTag(size_t length) {
+  const std::string head = "<esi:include src=\"/f/";
+  const std::string tail = "\"/>";
+  return head + std::string(length - head.size() - tail.size(), 'a') + tail;
+}
+
+std::string includeOf(size_t length) {
+  return "[/f/" + std::string(length - 24, 'a') + "?]";
+}
+
+TEST_F(WorkerSessionTest, OpenSetsTheLongestTagThatIsParsed) {
+  worker_->open(1, "/", "h", 300);
+  worker_->body(1, includeTag(300) + includeTag(301));
+  worker_->end(1);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(worker_->received.assembled, includeOf(300) + includeTag(301));
+  EXPECT_EQ(stats_.warnings, 1u);
+}
+
+TEST_F(WorkerSessionTest, NoTagLimitInOpenMeansTheDefault) {
+  worker_->open(1, "/", "h");
+  worker_->body(1, includeTag(8192) + includeTag(8193));
+  worker_->end(1);
+  serve();
+  EXPECT_EQ(worker_->received.assembled, includeOf(8192) + includeTag(8193));
+}
+
+TEST_F(WorkerSessionTest, AnOutOfRangeTagLimitIsClampedNotTrusted) {
+  worker_->open(1, "/", "h", 1);
+  worker_->body(1, includeTag(256) + includeTag(257));
+  worker_->end(1);
+  serve();
+  EXPECT_EQ(worker_->received.assembled, includeOf(256) + includeTag(257));
+  worker_->received.assembled.clear();
+  worker_->open(2, "/", "h", UINT32_MAX);
+  worker_->body(2, includeTag(9000));
+  worker_->end(2);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(worker_->received.assembled, includeOf(9000));
 }
 
 TEST_F(WorkerSessionTest, BodyForAStreamNeverOpenedEndsTheSession) {

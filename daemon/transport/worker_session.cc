@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <capnp/serialize.h>
@@ -344,7 +345,7 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
   StreamEntry& entry = streams_[id];
   entry.stream = std::make_unique<Stream>(std::string(uri.cStr(), uri.size()),
                                           std::string(authority.cStr(), authority.size()),
-                                          stats_, open.getBase());
+                                          stats_, open.getBase(), parserLimits(open));
   ++stats_.streams;
   ++stats_.activeStreams;
   if (planKey) {
@@ -355,6 +356,23 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
     sendSplice(id, entry, false);
   }
   return true;
+}
+
+// The connector checks esi_max_tag_size's range; a value outside it is
+// clamped rather than trusted, since it sizes what a stream may buffer.
+ParserLimits WorkerSession::parserLimits(wire::Open::Reader open) {
+  ParserLimits limits;
+  const uint32_t asked = open.getMaxTagBytes();
+  if (asked == 0) return limits;
+  limits.maxTagBytes =
+      std::clamp<size_t>(asked, ParserLimits::kMinTagBytes, ParserLimits::kMaxTagBytes);
+  if (limits.maxTagBytes != asked && !tagLimitWarned_) {
+    tagLimitWarned_ = true;
+    spdlog::warn("a worker asked for maxTagBytes {}, outside {}..{}; {} is used",
+                 asked, ParserLimits::kMinTagBytes, ParserLimits::kMaxTagBytes,
+                 limits.maxTagBytes);
+  }
+  return limits;
 }
 
 void WorkerSession::recordPlan(const PlanKey& key, const Stream& stream) {

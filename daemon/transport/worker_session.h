@@ -73,6 +73,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // reportsOnly: the stream is over; only zone and stored records count.
   bool handleRequest(const uint8_t* payload, uint32_t length, bool reportsOnly = false);
   bool handleOpen(uint32_t id, wire::Open::Reader open);
+  ParserLimits parserLimits(wire::Open::Reader open);
   void sendPlan(uint32_t id, const Plan& plan);
   void recordPlan(const PlanKey& key, const Stream& stream);
   bool handleZone(wire::Zone::Reader zone);
@@ -100,6 +101,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // with reports unread.
   std::set<std::string, std::less<>> zones_;
   bool reportsDrained_ = false;
+  // A worker's out-of-range esi_max_tag_size is reported once, not per page.
+  bool tagLimitWarned_ = false;
 };
 
 }  // namespace esi

@@ -67,6 +67,13 @@ URIS = [
     (b"/", b"example.com", b"/a/%2F%2Fevil"),
     (b"/", b"example.com", b"javascript:alert(1)"),
     (b"/", b"example.com", b"file:///etc/passwd"),
+    # test_ssrf's disguises the seeds above did not have
+    (b"/", b"127.0.0.1:8080", b"http://evil.example@127.0.0.1:8080/x"),
+    (b"/", b"127.0.0.1:8080", b"http://[::ffff:7f00:1]/x"),
+    (b"/", b"127.0.0.1:8080", b"hTtP://127.0.0.1:8081/x"),
+    (b"/", b"example.com", b"\\\\evil.example\\x"),
+    (b"/", b"example.com", b"..%2fsecret"),
+    (b"/", b"example.com", b"/x?a=1 HTTP/1.0\r\nX-Injected: 1"),
 ]
 
 

@@ -16,6 +16,7 @@
 //   unsealed-memfd       a Welcome whose memfd is not sealed
 //   garbage-ring         a published ring index no ring can have
 //   silent               a Welcome, then never a word: nothing is read
+//   injecting-include    an include whose args hold CR LF and a header line
 //
 // With --after N the first N answers of each connection are honest, so the
 // violation comes in the middle of a stream.  Each violation is logged to
@@ -68,6 +69,7 @@ enum class Mode {
   kUnsealedMemfd,
   kGarbageRing,
   kSilent,
+  kInjectingInclude,
 };
 
 struct ModeName {
@@ -85,6 +87,7 @@ constexpr ModeName kModes[] = {
     {"unsealed-memfd", Mode::kUnsealedMemfd},
     {"garbage-ring", Mode::kGarbageRing},
     {"silent", Mode::kSilent},
+    {"injecting-include", Mode::kInjectingInclude},
 };
 
 // A stream id no worker hands out: ids count up from 1 per connection.
@@ -172,6 +175,7 @@ class Connection {
   void answer(uint32_t id, Stream& stream, bool last);
   void misbehave(uint32_t id, Stream& stream);
   Record splice(uint32_t id, uint64_t released, bool last, uint64_t offset, uint32_t length);
+  static Record record(capnp::MessageBuilder& message);
   void flush();
 
   UniqueFd socket_;
@@ -363,6 +367,20 @@ void Connection::misbehave(uint32_t id, Stream& stream) {
       rings_->wakeWorker();
       return;
     }
+    case Mode::kInjectingInclude: {
+      // Args the proxy module would copy into the request line upstream.
+      capnp::MallocMessageBuilder message;
+      auto response = message.initRoot<esi::wire::Response>();
+      response.setStream(id);
+      auto splice = response.initSplice();
+      splice.setReleased(stream.emitted);
+      splice.setAnswered(true);
+      auto include = splice.initInstructions(1)[0].initInclude();
+      include.setPath("/injected");
+      include.setArgs("a=1 HTTP/1.0\r\nX-Injected: 1\r\nX-Pad: ");
+      pending_.push_back(record(message));
+      return;
+    }
     case Mode::kVerbatim:
     case Mode::kShrunkenMemfd:
     case Mode::kUnsealedMemfd:
@@ -386,6 +404,10 @@ Connection::Record Connection::splice(uint32_t id, uint64_t released, bool last,
     verbatim.setOffset(offset);
     verbatim.setLength(length);
   }
+  return record(message);
+}
+
+Connection::Record Connection::record(capnp::MessageBuilder& message) {
   kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
   const auto bytes = static_cast<uint32_t>(words.size() * sizeof(capnp::word));
   return Record{std::move(words), bytes};

@@ -17,12 +17,13 @@ class Route:
     """What the origin answers for one path (or every path under a prefix)."""
 
     def __init__(self, body, status=200, content_type="text/html",
-                 headers=(), gzip=False):
+                 headers=(), gzip=False, length=True):
         self.body = body
         self.status = status
         self.content_type = content_type
         self.headers = list(headers)
         self.gzip = gzip
+        self.length = length
 
     def render(self, target):
         body = self.body(target) if callable(self.body) else self.body
@@ -97,14 +98,16 @@ class Origin:
     # -- registering what to serve -------------------------------------
 
     def route(self, path, body, status=200, content_type="text/html",
-              headers=(), gzip=False):
+              headers=(), gzip=False, length=True):
         """Answer requests for exactly `path` (with or without its query).
 
         `body` is bytes, str, or a callable taking the request target.
+        `length=False`: no Content-Length, the body ends when the
+        connection closes (HTTP/1.0).
         """
         with self._lock:
             self._routes[path] = Route(body, status, content_type, headers,
-                                       gzip)
+                                       gzip, length)
 
     def prefix(self, prefix, body, status=200, content_type="text/html",
                headers=(), gzip=False):
@@ -263,7 +266,8 @@ class Origin:
                 handler.send_header("Content-Encoding", "gzip")
             for name, value in route.headers:
                 handler.send_header(name, value)
-            handler.send_header("Content-Length", str(len(body)))
+            if route.length:
+                handler.send_header("Content-Length", str(len(body)))
             handler.end_headers()
             if not head:
                 handler.wfile.write(body)

@@ -138,6 +138,22 @@ class SilentDaemonTest(ViolationChecks, HostileTestCase):
     REFUSAL = r"esi: esid did not answer stream \d+ in time"
 
 
+class InjectingIncludeTest(ViolationChecks, HostileTestCase):
+    """An include whose args would end the request line upstream and add a
+    header: refused before any subrequest is made."""
+    MODE = "injecting-include"
+    REFUSAL = r"esi: malformed include path from esid"
+
+    def test_the_origin_never_sees_the_include(self):
+        self.assertBody(self.PAGE.path, self.PAGE.raw)
+        self.assertIn("esi: malformed include path from esid",
+                      self.error_log())
+        self.assertEqual(self.origin.hits_under("/injected"), 0)
+        for _, target, headers in self.origin.requests():
+            self.assertEqual(target, self.PAGE.path)
+            self.assertNotIn("x-injected", [h.lower() for h in headers])
+
+
 class ViolationWithFallbackAbortTest(HostileTestCase):
     MODE = "truncated-capnp"
     LOCATION = "esi_fallback abort;"
