@@ -15,6 +15,24 @@ void Stream::record(size_t maxBytes) {
   maxRecordBytes_ = maxBytes;
 }
 
+bool Stream::resumeInside(const std::vector<ProgramStep>& before) {
+  std::vector<Instruction> replayed;  // the connector has them already
+  unsigned tries = 0;
+  for (const ProgramStep& step : before) {
+    if (const auto* open = std::get_if<BlockOpen>(&step)) {
+      parser_.replay(open->block, true);
+      tries += open->block == Block::TRY;
+    } else if (const auto* close = std::get_if<BlockClose>(&step)) {
+      parser_.replay(close->block, false);
+      tries -= close->block == Block::TRY;
+    } else {
+      continue;
+    }
+    evaluator_.step(step, replayed);
+  }
+  return tries == 0;
+}
+
 void Stream::feed(std::string_view bytes) {
   stats_.bytes += bytes.size();
   if (recording_) {
