@@ -83,10 +83,10 @@ size_t Plan::bytes() const {
 
 std::optional<std::vector<ProgramStep>> Plan::stepsBefore(uint64_t base) const {
   if (base == 0) return std::vector<ProgramStep>();
-  for (size_t i = 0; i < program.size(); ++i) {
-    const auto* run = std::get_if<VerbatimRun>(&program[i]);
+  for (auto step = program.begin(); step != program.end(); ++step) {
+    const auto* run = std::get_if<VerbatimRun>(&*step);
     if (run != nullptr && run->offset + run->length == base) {
-      return std::vector<ProgramStep>(program.begin(), program.begin() + i + 1);
+      return std::vector<ProgramStep>(program.begin(), step + 1);
     }
   }
   return std::nullopt;
