@@ -118,6 +118,7 @@ void Stream::open(Block block, std::string_view test) {
   BlockOpen step{block, {}};
   if (block == Block::WHEN) {
     step.test = Expression::compile(test);
+    step.testReadsRequest = !step.test.uses().empty();
     if (!step.test.ok()) {
       // Once per parse: a plan keeps the compiled test and logs nothing.
       ++stats_.warnings;
