@@ -1,34 +1,47 @@
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/stream.h"
 #include "plans/plan_store.h"
 
 namespace esi {
 namespace {
 
 // Steps written the short way, for comparing plans: V(offset,length),
-// I(path), C(offset,"bytes").
+// I(path), L(literal), C(offset,"bytes"), T+ T! T. (try start, except, end).
 std::string describe(const PlanStep& step) {
   if (const auto* run = std::get_if<VerbatimRun>(&step)) {
     return "V(" + std::to_string(run->offset) + "," + std::to_string(run->length) + ")";
   }
   if (const auto* include = std::get_if<IncludeCall>(&step)) return "I(" + include->path + ")";
+  if (const auto* literal = std::get_if<LiteralText>(&step)) return "L(" + literal->bytes + ")";
+  if (const auto* mark = std::get_if<TryMark>(&step)) {
+    return *mark == TryMark::START ? "T+" : *mark == TryMark::EXCEPT ? "T!" : "T.";
+  }
   const auto& check = std::get<PlanCheck>(step);
   return "C(" + std::to_string(check.offset) + "," + check.bytes + ")";
 }
 
-std::vector<std::string> describe(const Plan& plan) {
+const PageAddress kPage{"/dir/page.html", "example.com"};
+
+std::vector<std::string> describe(const Plan& plan, const RequestValues& values = {}) {
   std::vector<std::string> out;
-  for (const PlanStep& step : plan.steps) out.push_back(describe(step));
+  for (const PlanStep& step : plan.evaluate(kPage, values)) out.push_back(describe(step));
   return out;
 }
 
 VerbatimRun V(uint64_t offset, uint32_t length) { return VerbatimRun{offset, length}; }
-IncludeCall I(std::string path) { return IncludeCall{std::move(path), "", "", "", false}; }
+IncludeStep I(std::string path) {
+  IncludeStep step;
+  step.src = Template::compile(path);
+  step.resolved = IncludeCall{std::move(path), "", "", "", false};
+  return step;
+}
 
 ObjectId idOf(uint8_t first, uint64_t date = 1700000000) {
   ObjectId id;
@@ -42,14 +55,15 @@ ObjectId idOf(uint8_t first, uint64_t date = 1700000000) {
 // A plan of about `bytes` bytes of memory (one check of that many bytes).
 Plan planOf(size_t bytes) {
   Plan plan;
-  plan.steps.emplace_back(PlanCheck{0, std::string(bytes, 'x')});
+  plan.checks.push_back(PlanCheck{0, std::string(bytes, 'x')});
+  plan.checkBefore.push_back(0);
   plan.length = bytes;
   return plan;
 }
 
 size_t entryBytes(const Plan& plan) {
   Plan copy = plan;
-  copy.steps.shrink_to_fit();
+  copy.program.shrink_to_fit();
   return copy.bytes() + sizeof(ObjectId);
 }
 
@@ -96,8 +110,9 @@ TEST(BuildPlan, CheckOfALongConstructHoldsOnlyItsFirstBytes) {
   const std::string body = "head" + construct + "tail";
   const auto plan = buildPlan({V(0, 4), I("/p"), V(4 + construct.size(), 4)}, body);
   ASSERT_TRUE(plan);
-  ASSERT_EQ(plan->steps.size(), 4u);
-  const auto& check = std::get<PlanCheck>(plan->steps[1]);
+  const std::vector<PlanStep> steps = plan->evaluate(kPage, {});
+  ASSERT_EQ(steps.size(), 4u);
+  const auto& check = std::get<PlanCheck>(steps[1]);
   EXPECT_EQ(check.offset, 4u);
   EXPECT_EQ(check.bytes.size(), PlanCheck::kMaxBytes);
   EXPECT_EQ(check.bytes, construct.substr(0, PlanCheck::kMaxBytes));
@@ -111,10 +126,10 @@ TEST(BuildPlan, GapWithoutIncludeStillGetsACheck) {
                                                        "V(27,1)"}));
 }
 
-TEST(BuildPlan, AdjacentVerbatimRunsGetNoCheck) {
+TEST(BuildPlan, AdjacentVerbatimRunsGetNoCheckAndGoOutAsOne) {
   const auto plan = buildPlan({V(0, 3), V(3, 3)}, "abcdef");
   ASSERT_TRUE(plan);
-  EXPECT_EQ(describe(*plan), (std::vector<std::string>{"V(0,3)", "V(3,3)"}));
+  EXPECT_EQ(describe(*plan), (std::vector<std::string>{"V(0,6)"}));
 }
 
 TEST(BuildPlan, BodyWithoutConstructsIsOneVerbatimStep) {
@@ -127,7 +142,7 @@ TEST(BuildPlan, BodyWithoutConstructsIsOneVerbatimStep) {
 TEST(BuildPlan, EmptyBodyHasNoSteps) {
   const auto plan = buildPlan({}, "");
   ASSERT_TRUE(plan);
-  EXPECT_TRUE(plan->steps.empty());
+  EXPECT_TRUE(plan->program.empty());
   EXPECT_EQ(plan->length, 0u);
 }
 
@@ -145,6 +160,149 @@ TEST(BuildPlan, IncludeInAnEmptyBodyHasNoCheck) {
   std::optional<Plan> plan = buildPlan({I("/x")}, "");
   ASSERT_TRUE(plan);
   EXPECT_EQ(describe(*plan), (std::vector<std::string>{"I(/x)"}));
+}
+
+// --- Plans of pages with variables and constructs -----------------------------
+
+// Why the worker would refuse these steps (ngx_http_esi_plan's rules: runs
+// ascend within the body, and every byte skipped and every include follows
+// a check at the current position), or "".
+std::string workerRefuses(const std::vector<PlanStep>& steps, uint64_t length) {
+  uint64_t pos = 0;
+  bool checked = false;  // a check at pos since the last run
+  for (const PlanStep& step : steps) {
+    if (const auto* run = std::get_if<VerbatimRun>(&step)) {
+      if (run->offset < pos || (run->offset > pos && !checked) || run->offset > length ||
+          run->length > length - run->offset) {
+        return "run " + describe(step) + " at " + std::to_string(pos);
+      }
+      pos = run->offset + run->length;
+      checked = false;
+    } else if (const auto* check = std::get_if<PlanCheck>(&step)) {
+      if (check->offset != pos || check->bytes.empty() ||
+          check->bytes.size() > PlanCheck::kMaxBytes || check->bytes.size() > length - pos) {
+        return "check " + describe(step) + " at " + std::to_string(pos);
+      }
+      checked = true;
+    } else if (std::holds_alternative<IncludeCall>(step) && !checked) {
+      return describe(step) + " without a check at " + std::to_string(pos);
+    }
+  }
+  if (pos < length && !checked) return "end skipped without a check at " + std::to_string(pos);
+  return "";
+}
+
+struct Parsed {
+  std::vector<Instruction> instructions;
+  std::optional<Plan> plan;
+};
+
+// The body parsed by a stream, as for a first hit with these values.
+Parsed parse(std::string_view body, const RequestValues& values) {
+  Stats stats;
+  Stream stream(kPage.uri, kPage.authority, stats);
+  stream.setRequestValues(values);
+  stream.record(1 << 20);
+  stream.feed(body);
+  stream.finish();
+  Parsed parsed;
+  parsed.instructions = stream.takeInstructions();
+  parsed.plan = buildPlan(stream.recordedProgram(), stream.recordedBody());
+  return parsed;
+}
+
+// The plan's steps less its checks, as splice instructions.
+std::vector<std::string> withoutChecks(const std::vector<PlanStep>& steps) {
+  std::vector<std::string> out;
+  for (const PlanStep& step : steps) {
+    if (!std::holds_alternative<PlanCheck>(step)) out.push_back(describe(step));
+  }
+  return out;
+}
+
+std::vector<std::string> described(const std::vector<Instruction>& instructions) {
+  std::vector<std::string> out;
+  for (const Instruction& instruction : instructions) {
+    std::visit([&](const auto& i) { out.push_back(describe(PlanStep(i))); }, instruction);
+  }
+  return out;
+}
+
+RequestValues withCookie(std::string cookie) {
+  RequestValues values;
+  values.cookies = std::move(cookie);
+  return values;
+}
+
+TEST(PlanEvaluation, OnePlanServesTwoRequestsEachItsOwnOutput) {
+  const std::string body =
+      "a<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})=='x'\">X</esi:when>"
+      "<esi:otherwise>O<esi:include src=\"/o/$(HTTP_COOKIE{id}|anon)\"/></esi:otherwise>"
+      "</esi:choose><esi:vars>$(HTTP_COOKIE{id})</esi:vars>z";
+  const Parsed first = parse(body, withCookie("g=x; id=1"));
+  ASSERT_TRUE(first.plan);
+
+  EXPECT_EQ(describe(*first.plan, withCookie("g=x; id=1")),
+            (std::vector<std::string>{"V(0,1)", "C(1,<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})"
+                                      "=='x'\">)", "V(53,1)", "C(54,</esi:when><esi:otherwise>)",
+                                      "L(1)", "V(196,1)"}));
+  EXPECT_EQ(describe(*first.plan, withCookie("id=2")),
+            (std::vector<std::string>{"V(0,1)", "C(1,<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})"
+                                      "=='x'\">)", "V(80,1)",
+                                      "C(81,<esi:include src=\"/o/$(HTTP_COOKIE{id}|anon)\"/>"
+                                      "</esi:otherwise></esi:choose><esi:vars>$(HTTP_COOKIE{id})"
+                                      "</esi:vars>)", "I(/o/2)", "L(2)", "V(196,1)"}));
+  EXPECT_EQ(describe(*first.plan), (std::vector<std::string>{
+                                       "V(0,1)", "C(1,<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})"
+                                       "=='x'\">)", "V(80,1)",
+                                       "C(81,<esi:include src=\"/o/$(HTTP_COOKIE{id}|anon)\"/>"
+                                       "</esi:otherwise></esi:choose><esi:vars>$(HTTP_COOKIE{id})"
+                                       "</esi:vars>)", "I(/o/anon)", "V(196,1)"}));
+}
+
+TEST(PlanEvaluation, TryInPlanKeepsItsMarkers) {
+  const std::string body =
+      "<esi:try><esi:attempt><esi:include src=\"/a\"/></esi:attempt>"
+      "<esi:except>e</esi:except></esi:try>.";
+  const Parsed parsed = parse(body, {});
+  ASSERT_TRUE(parsed.plan);
+  EXPECT_EQ(withoutChecks(parsed.plan->evaluate(kPage, {})),
+            (std::vector<std::string>{"T+", "I(/a)", "T!", "V(71,1)", "T.", "V(95,1)"}));
+  EXPECT_EQ(workerRefuses(parsed.plan->evaluate(kPage, {}), body.size()), "");
+}
+
+// Random pages of every construct, each planned once and evaluated for
+// several requests: the worker accepts every evaluation, and it says what
+// parsing the page for that request says.
+TEST(PlanEvaluation, EveryEvaluationIsAcceptedByTheWorkerAndMatchesAParse) {
+  const std::vector<std::string> pieces = {
+      "text", "<esi:choose>", "</esi:choose>", "<esi:when test=\"$(HTTP_COOKIE{a})=='1'\">",
+      "<esi:when test=\"$(HTTP_COOKIE{b})\">", "<esi:when test=\"bad\">", "</esi:when>",
+      "<esi:otherwise>", "</esi:otherwise>", "<esi:try>", "</esi:try>", "<esi:attempt>",
+      "</esi:attempt>", "<esi:except>", "</esi:except>", "<esi:vars>", "</esi:vars>",
+      "$(HTTP_COOKIE{a})", "$(HTTP_COOKIE{b}|'d')", "<esi:include src=\"/i/$(HTTP_COOKIE{a})\"/>",
+      "<esi:include src=\"/fixed\"/>", "<esi:remove>x</esi:remove>", "<!--esi e-->", "<",
+      "$", "\n",
+  };
+  const std::vector<RequestValues> requests = {
+      {}, withCookie("a=1"), withCookie("b=yes"), withCookie("a=1; b=0"), withCookie("a=../x")};
+  std::mt19937 random(9);
+  for (int iteration = 0; iteration < 1500; ++iteration) {
+    std::string body;
+    const int count = std::uniform_int_distribution<>(1, 30)(random);
+    for (int i = 0; i < count; ++i) {
+      body += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(random)];
+    }
+    SCOPED_TRACE(body);
+    const Parsed recorded = parse(body, requests[iteration % requests.size()]);
+    ASSERT_TRUE(recorded.plan);
+    for (const RequestValues& request : requests) {
+      SCOPED_TRACE(request.cookies);
+      const std::vector<PlanStep> steps = recorded.plan->evaluate(kPage, request);
+      ASSERT_EQ(workerRefuses(steps, body.size()), "");
+      ASSERT_EQ(withoutChecks(steps), described(parse(body, request).instructions));
+    }
+  }
 }
 
 // --- ObjectId -----------------------------------------------------------------
@@ -308,9 +466,9 @@ TEST(PlanStore, SameIdInTwoZonesIsTwoEntries) {
 TEST(PlanStore, PlanBytesGrowWithItsStrings) {
   Plan small = *buildPlan({V(0, 2), I("/a"), V(25, 2)}, "ab<esi:include src=\"/a\"/>cd");
   Plan large = small;
-  std::get<IncludeCall>(large.steps[2]).path = "/" + std::string(1000, 'p');
+  std::get<IncludeStep>(large.program[1]).resolved->path = "/" + std::string(1000, 'p');
   EXPECT_GE(large.bytes(), small.bytes() + 1000);
-  EXPECT_GE(small.bytes(), sizeof(PlanStep) * small.steps.size());
+  EXPECT_GE(small.bytes(), sizeof(ProgramStep) * small.program.size());
 }
 
 }  // namespace
