@@ -109,7 +109,7 @@ void Evaluator::include(const IncludeStep& step, std::vector<Instruction>& out) 
     call.args = std::move(src.args);
   } else {
     // The request decides, so the request may fill the log: debug only.
-    spdlog::debug("{}: include refused for this request: {}", page_.uri, src.reason);
+    spdlog::debug("{:?}: include refused for this request: {}", page_.uri, src.reason);
   }
   if (step.alt) {
     IncludeUri alt = renderInclude(*step.alt, variables(), page_);
@@ -117,7 +117,7 @@ void Evaluator::include(const IncludeStep& step, std::vector<Instruction>& out) 
       call.altPath = std::move(alt.path);
       call.altArgs = std::move(alt.args);
     } else {
-      spdlog::debug("{}: include alt refused for this request: {}", page_.uri,
+      spdlog::debug("{:?}: include alt refused for this request: {}", page_.uri,
                     alt.reason);
     }
   }

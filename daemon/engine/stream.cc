@@ -95,7 +95,7 @@ std::optional<IncludeCall> Stream::resolveOnce(const IncludeStep& step) {
   } else {
     ++stats_.errors;
     // Escaped and quoted: a src's CR or LF must not forge lines in the log.
-    spdlog::warn("{}: include {:?} refused: {}", page_.uri, src, resolved.reason);
+    spdlog::warn("{:?}: include {:?} refused: {}", page_.uri, src, resolved.reason);
   }
   if (step.alt) {
     const std::string alt = step.alt->render(none, Escaping::URL);
@@ -105,7 +105,7 @@ std::optional<IncludeCall> Stream::resolveOnce(const IncludeStep& step) {
       call.altArgs = std::move(altResolved.args);
     } else {
       ++stats_.errors;
-      spdlog::warn("{}: include alt {:?} refused: {}", page_.uri, alt,
+      spdlog::warn("{:?}: include alt {:?} refused: {}", page_.uri, alt,
                    altResolved.reason);
     }
   }
@@ -124,7 +124,7 @@ void Stream::open(Block block, std::string_view test) {
     if (!step.test.ok()) {
       // Once per parse: a plan keeps the compiled test and logs nothing.
       ++stats_.warnings;
-      spdlog::warn("{}: <esi:when test=\"{}\"> is malformed, taken as false: {}",
+      spdlog::warn("{:?}: <esi:when test={:?}> is malformed, taken as false: {}",
                    page_.uri, test, step.test.error());
     }
   }
@@ -135,7 +135,7 @@ void Stream::close(Block block) { add(BlockClose{block}); }
 
 void Stream::warning(uint64_t offset, std::string_view what) {
   ++stats_.warnings;
-  spdlog::warn("{}: ESI markup at byte {}: {}", page_.uri, offset, what);
+  spdlog::warn("{:?}: ESI markup at byte {}: {}", page_.uri, offset, what);
 }
 
 }  // namespace esi

@@ -386,8 +386,8 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
     planKey = PlanKey{std::string(planZone.cStr(), planZone.size()), *objectId};
     plans_.configureZone(planKey->zone, open.getPlanZoneBytes());
     if (open.getPlanFailed()) {
-      spdlog::info("{}: the worker found that its plan does not match the body at byte {}; "
-                   "plan dropped", uri.cStr(), open.getBase());
+      spdlog::info("{:?}: the worker found that its plan does not match the body at byte {}; "
+                   "plan dropped", std::string_view(uri.cStr(), uri.size()), open.getBase());
       failedPlan = plans_.drop(planKey->zone, planKey->id);
       planKey.reset();
     } else if (open.getBase() != 0) {

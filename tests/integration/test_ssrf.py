@@ -51,7 +51,7 @@ class SsrfTestCase(EsiTestCase):
         self.page(src)
         self.assertBody("/p", b"a" + ERROR_MARKER + b"b")
         self.assertEqual(self.received(), [("GET", "/p")])
-        self.assertIn("/p: include %s refused: %s" % (
+        self.assertIn('"/p": include %s refused: %s' % (
             logged(decoded or src), reason), self.esid.stderr())
         self.assertIn("esi: include refused by esid", self.error_log())
         # No line of esid's log may be forged by a CR or LF in src.
