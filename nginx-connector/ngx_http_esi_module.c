@@ -1518,11 +1518,13 @@ static ngx_int_t
 ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 {
     off_t                 offset, end, released, verbatim_end;
+    size_t                n;
     uint16_t              which;
     uint32_t              i, length;
     uint64_t              value;
     ngx_int_t             rc;
     ngx_log_t            *log;
+    const uint8_t        *bytes;
     ngx_http_request_t   *r;
     ngx_http_esi_insn_t  *insn, *head, **last;
     esi_wire_list_t       list;
@@ -1641,20 +1643,29 @@ ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
             break;
 
         case ESI_WIRE_INSTRUCTION_LITERAL_WHICH:
-            rc = ngx_http_esi_wire_str(r, &in, ESI_WIRE_INSTRUCTION_LITERAL_PTR,
-                                       &insn->text, 0);
-
-            if (rc == NGX_ERROR) {
-                goto local_failure;
-            }
-
-            if (rc != NGX_OK) {
+            if (esi_wire_get_data(&in, ESI_WIRE_INSTRUCTION_LITERAL_PTR,
+                                  &bytes, &n)
+                != 0)
+            {
                 ngx_log_error(NGX_LOG_ERR, log, 0,
                               "esi: malformed literal from esid");
                 return NGX_ERROR;
             }
 
+            /* the ring's bytes are reused once this splice is read */
+
             insn->type = NGX_HTTP_ESI_LITERAL;
+            insn->text.len = n;
+
+            if (n) {
+                insn->text.data = ngx_pnalloc(r->pool, n);
+                if (insn->text.data == NULL) {
+                    goto local_failure;
+                }
+
+                ngx_memcpy(insn->text.data, bytes, n);
+            }
+
             break;
 
         case ESI_WIRE_INSTRUCTION_TRY_START_WHICH:
