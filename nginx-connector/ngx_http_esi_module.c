@@ -129,7 +129,21 @@ typedef struct {
     ngx_http_esi_plan_zone_t  *plan;        /* NULL: esi_plan off */
 
     ngx_array_t               *cookies;     /* of ngx_str_t; NULL: none */
+
+    ngx_str_t                  surrogate;   /* esi_surrogate NAME */
+    ngx_str_t                  capability;  /* NAME="ESI/1.0" */
+    ngx_flag_t                 surrogate_control;
 } ngx_http_esi_loc_conf_t;
+
+
+/* what Surrogate-Control says to us: untargeted or ";NAME" directives */
+
+typedef struct {
+    time_t                     max_age;     /* -1: none */
+    time_t                     max_age_targeted;
+    unsigned                   esi:1;       /* content="ESI/1.0" */
+    unsigned                   no_store:1;
+} ngx_http_esi_surrogate_t;
 
 
 typedef struct ngx_http_esi_held_s  ngx_http_esi_held_t;
@@ -520,6 +534,11 @@ static ngx_int_t ngx_http_esi_purge_respond(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_cleanup(void *data);
 
+static ngx_int_t ngx_http_esi_capability(ngx_http_request_t *r);
+static ngx_int_t ngx_http_esi_surrogate_control(ngx_http_request_t *r,
+    ngx_http_esi_loc_conf_t *elcf);
+static void ngx_http_esi_surrogate_parse(ngx_str_t *value, ngx_str_t *name,
+    ngx_http_esi_surrogate_t *sc);
 static ngx_int_t ngx_http_esi_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_esi_add_variables(ngx_conf_t *cf);
@@ -676,6 +695,20 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       ngx_conf_set_str_array_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_loc_conf_t, cookies),
+      NULL },
+
+    { ngx_string("esi_surrogate"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, surrogate),
+      NULL },
+
+    { ngx_string("esi_surrogate_control"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, surrogate_control),
       NULL },
 
       ngx_null_command
@@ -3297,6 +3330,12 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
     }
 
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    if (elcf->surrogate_control
+        && ngx_http_esi_surrogate_control(r, elcf) != NGX_OK)
+    {
+        return ngx_http_next_header_filter(r);
+    }
 
     if (!elcf->enable
         || r->header_only
@@ -6220,6 +6259,359 @@ ngx_http_esi_purge_cleanup(void *data)
 }
 
 
+/* Surrogate headers (W3C Note "Edge Architecture Specification 1.0") */
+
+/*
+ * esi_surrogate: the request upstream says Surrogate-Capability NAME=
+ * "ESI/1.0", ours only: a client's would let it ask the origin for markup
+ * meant for us, or pretend to be a surrogate in front of us.
+ */
+
+static ngx_int_t
+ngx_http_esi_capability(ngx_http_request_t *r)
+{
+    ngx_uint_t                i, ours, forged;
+    ngx_list_t                headers;
+    ngx_list_part_t          *part;
+    ngx_table_elt_t          *h, *nh;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    static u_char  name[] = "Surrogate-Capability";
+    static u_char  lowcase[] = "surrogate-capability";
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    if (elcf->capability.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    ours = 0;
+    forged = 0;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len != sizeof(name) - 1
+            || ngx_strncasecmp(h[i].key.data, name, sizeof(name) - 1) != 0)
+        {
+            continue;
+        }
+
+        if (!ours
+            && h[i].value.len == elcf->capability.len
+            && ngx_strncmp(h[i].value.data, elcf->capability.data,
+                           elcf->capability.len) == 0)
+        {
+            ours = 1;
+
+        } else {
+            forged = 1;
+        }
+    }
+
+    if (ours && !forged) {
+        return NGX_DECLINED;
+    }
+
+    /*
+     * A subrequest's list shares its parts with the parent's, so it is
+     * never pushed to; a client's header cannot be taken out of a list:
+     * either way the list is built anew, without them
+     */
+
+    if (forged || r != r->main) {
+        if (ngx_list_init(&headers, r->pool, 20, sizeof(ngx_table_elt_t))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        part = &r->headers_in.headers.part;
+        h = part->elts;
+
+        for (i = 0; /* void */; i++) {
+
+            if (i >= part->nelts) {
+                if (part->next == NULL) {
+                    break;
+                }
+
+                part = part->next;
+                h = part->elts;
+                i = 0;
+            }
+
+            if (h[i].key.len == sizeof(name) - 1
+                && ngx_strncasecmp(h[i].key.data, name, sizeof(name) - 1)
+                   == 0)
+            {
+                continue;
+            }
+
+            nh = ngx_list_push(&headers);
+            if (nh == NULL) {
+                return NGX_ERROR;
+            }
+
+            *nh = h[i];
+        }
+
+        r->headers_in.headers = headers;
+
+        if (headers.last == &headers.part) {
+            r->headers_in.headers.last = &r->headers_in.headers.part;
+        }
+    }
+
+    nh = ngx_list_push(&r->headers_in.headers);
+    if (nh == NULL) {
+        return NGX_ERROR;
+    }
+
+    nh->hash = ngx_hash_key(lowcase, sizeof(lowcase) - 1);
+    nh->key.len = sizeof(name) - 1;
+    nh->key.data = name;
+    nh->value = elcf->capability;
+    nh->lowcase_key = lowcase;
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * esi_surrogate_control on: a response is ours to process only when its
+ * Surrogate-Control says content="ESI/1.0" to us; its no-store and max-age
+ * decide for the cached object, as Cache-Control does for others (this
+ * header filter runs before the upstream module decides to store it).  The
+ * client never sees the header; the cache file keeps it, so that a hit
+ * decides the same way.  NGX_DECLINED: not for ESI.
+ */
+
+static ngx_int_t
+ngx_http_esi_surrogate_control(ngx_http_request_t *r,
+    ngx_http_esi_loc_conf_t *elcf)
+{
+    time_t                     max_age;
+    ngx_uint_t                 i;
+    ngx_list_part_t           *part;
+    ngx_table_elt_t           *h;
+    ngx_http_upstream_t       *u;
+    ngx_http_esi_surrogate_t   sc;
+
+    static u_char  name[] = "Surrogate-Control";
+
+    sc.max_age = -1;
+    sc.max_age_targeted = -1;
+    sc.esi = 0;
+    sc.no_store = 0;
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0
+            || h[i].key.len != sizeof(name) - 1
+            || ngx_strncasecmp(h[i].key.data, name, sizeof(name) - 1) != 0)
+        {
+            continue;
+        }
+
+        ngx_http_esi_surrogate_parse(&h[i].value, &elcf->surrogate, &sc);
+
+        h[i].hash = 0;
+    }
+
+    u = r->upstream;
+
+    if (u && r->cache && u->cacheable && !r->cached) {
+        max_age = sc.max_age_targeted >= 0 ? sc.max_age_targeted
+                                           : sc.max_age;
+
+        if (sc.no_store || max_age == 0) {
+            u->cacheable = 0;
+
+        } else if (max_age > 0) {
+            r->cache->valid_sec = ngx_time() + max_age;
+        }
+    }
+
+    return sc.esi ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * One Surrogate-Control value: comma-separated directives, each with an
+ * optional ";target"; those without a target or for ours are taken.
+ * Anything else, malformed or unknown, is skipped.
+ */
+
+static void
+ngx_http_esi_surrogate_parse(ngx_str_t *value, ngx_str_t *name,
+    ngx_http_esi_surrogate_t *sc)
+{
+    u_char     *p, *end, *start, *last, *target, *v, *q;
+    time_t      n;
+    size_t      len;
+    ngx_uint_t  quoted, targeted;
+
+    p = value->data;
+    end = p + value->len;
+
+    while (p < end) {
+
+        /* one directive: up to a comma outside quotes */
+
+        start = p;
+        target = NULL;
+        quoted = 0;
+
+        for ( /* void */ ; p < end; p++) {
+            if (*p == '"') {
+                quoted = !quoted;
+
+            } else if (!quoted && *p == ',') {
+                break;
+
+            } else if (!quoted && *p == ';' && target == NULL) {
+                target = p;
+            }
+        }
+
+        last = target ? target : p;
+        p++;        /* past the comma */
+
+        while (start < last && (*start == ' ' || *start == '\t')) {
+            start++;
+        }
+
+        while (last > start && (last[-1] == ' ' || last[-1] == '\t')) {
+            last--;
+        }
+
+        targeted = 0;
+
+        if (target) {
+            target++;
+            q = ngx_min(p - 1, end);
+
+            while (target < q && (*target == ' ' || *target == '\t')) {
+                target++;
+            }
+
+            while (q > target && (q[-1] == ' ' || q[-1] == '\t')) {
+                q--;
+            }
+
+            len = q - target;
+
+            if (len != name->len || len == 0
+                || ngx_strncasecmp(target, name->data, len) != 0)
+            {
+                continue;
+            }
+
+            targeted = 1;
+        }
+
+        len = last - start;
+
+        if (len == sizeof("no-store") - 1
+            && ngx_strncasecmp(start, (u_char *) "no-store", len) == 0)
+        {
+            sc->no_store = 1;
+            continue;
+        }
+
+        v = ngx_strlchr(start, last, '=');
+        if (v == NULL) {
+            continue;
+        }
+
+        len = v - start;
+        v++;
+
+        if (len == sizeof("max-age") - 1
+            && ngx_strncasecmp(start, (u_char *) "max-age", len) == 0)
+        {
+            /* max-age=N[+M]: M is for stale content, N is ours */
+
+            q = ngx_strlchr(v, last, '+');
+            n = ngx_atotm(v, (q ? q : last) - v);
+
+            if (n == NGX_ERROR) {
+                continue;
+            }
+
+            if (targeted) {
+                sc->max_age_targeted = n;
+
+            } else {
+                sc->max_age = n;
+            }
+
+            continue;
+        }
+
+        if (len == sizeof("content") - 1
+            && ngx_strncasecmp(start, (u_char *) "content", len) == 0)
+        {
+            /* content="ESI/1.0 ESI-INLINE/1.0": a space-separated list */
+
+            if (v < last && *v == '"') {
+                v++;
+            }
+
+            if (last > v && last[-1] == '"') {
+                last--;
+            }
+
+            while (v < last) {
+                while (v < last && *v == ' ') {
+                    v++;
+                }
+
+                q = v;
+
+                while (q < last && *q != ' ') {
+                    q++;
+                }
+
+                if (q - v == sizeof("ESI/1.0") - 1
+                    && ngx_strncasecmp(v, (u_char *) "ESI/1.0", q - v) == 0)
+                {
+                    sc->esi = 1;
+                }
+
+                v = q;
+            }
+        }
+    }
+}
+
+
 static ngx_int_t
 ngx_http_esi_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
@@ -6352,6 +6744,8 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
      *     elcf->purge_from = NULL;
      *     elcf->purge_zone = NULL;
      *     elcf->purge_key = NULL;
+     *     elcf->surrogate = { 0, NULL };
+     *     elcf->capability = { 0, NULL };
      */
 
     elcf->enable = NGX_CONF_UNSET;
@@ -6363,6 +6757,7 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->max_page_size = NGX_CONF_UNSET;
     elcf->plan = NGX_CONF_UNSET_PTR;
     elcf->cookies = NGX_CONF_UNSET_PTR;
+    elcf->surrogate_control = NGX_CONF_UNSET;
 
     return elcf;
 }
@@ -6392,6 +6787,20 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                              64 * 1024 * 1024);
     ngx_conf_merge_ptr_value(conf->plan, prev->plan, NULL);
     ngx_conf_merge_ptr_value(conf->cookies, prev->cookies, NULL);
+    ngx_conf_merge_str_value(conf->surrogate, prev->surrogate, "");
+    ngx_conf_merge_value(conf->surrogate_control, prev->surrogate_control, 0);
+
+    if (conf->surrogate.len) {
+        conf->capability.len = conf->surrogate.len
+                               + sizeof("=\"ESI/1.0\"") - 1;
+        conf->capability.data = ngx_pnalloc(cf->pool, conf->capability.len);
+        if (conf->capability.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_sprintf(conf->capability.data, "%V=\"ESI/1.0\"",
+                    &conf->surrogate);
+    }
 
     if (conf->buffer_size < 8) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -6806,6 +7215,13 @@ ngx_http_esi_filter_init(ngx_conf_t *cf)
     }
 
     *h = ngx_http_esi_purge_access;
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_REWRITE_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_esi_capability;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_esi_header_filter;
