@@ -3868,7 +3868,13 @@ ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names, u_char *dst)
     }
 
     name = names->elts;
-    all = (names->nelts == 1 && name[0].len == 1 && name[0].data[0] == '*');
+    all = 0;
+
+    for (k = 0; k < names->nelts; k++) {
+        if (name[k].len == 1 && name[k].data[0] == '*') {
+            all = 1;
+        }
+    }
 
     h = r->main->headers_in.cookies.elts;
     len = 0;

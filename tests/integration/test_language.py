@@ -9,9 +9,11 @@ with proxy_cache and `esi on`; `location /esi/` proxies it uncached with
 `esi on`.
 """
 
+import socket
+import threading
 import unittest
 
-from harness import ERROR_MARKER, EsiTestCase
+from harness import ERROR_MARKER, EsiTestCase, poll
 from test_plan import PlanTestCase
 
 VARS = '<esi:vars>[%s]</esi:vars>'
@@ -323,7 +325,7 @@ class TryTest(LanguageTestCase):
         self.origin.route("/esi/frag", "(" + include("/esi/missing") + ")")
         self.assertEqual(
             self.render("a" + attempt(include("/esi/frag")) + "b"),
-            b"a(gone)b")
+            b"a(" + ERROR_MARKER + b")b")
 
 
 class SilentTryTest(LanguageTestCase):
@@ -344,6 +346,49 @@ class TryPageSizeTest(LanguageTestCase):
             self.render("a" + attempt(include("/esi/big")) + "b"),
             b"aEb")
         self.assertIn("exceed esi_max_page_size", self.error_log())
+
+
+class TryFaultTest(LanguageTestCase):
+    """Nothing leaks or hangs when an attempt is cut short."""
+
+    PAGE = "a" + attempt("1" + include("/esi/hold") + "2") + "b"
+
+    def setUp(self):
+        super().setUp()
+        self.released = self.origin.hold("/esi/hold")
+        self.origin.route("/esi/hold", "H")
+        self.origin.route("/page", self.PAGE)
+        self.start()
+
+    def test_esid_dying_mid_attempt_sends_what_was_held_then_the_rest(self):
+        result = []
+        client = threading.Thread(
+            target=lambda: result.append(self.fetch("/page")))
+        client.start()
+        try:
+            self.assertTrue(self.origin.wait_for_hits("/esi/hold"))
+            self.esid.kill()
+            self.assertTrue(poll(lambda: "processing failed" in
+                                 self.error_log(), bound=10.0))
+        finally:
+            self.released.set()
+            client.join(60)
+        self.assertFalse(client.is_alive(), "request hung")
+        # "1" was held when esid went: it goes out, then the page's bytes
+        # from there on as they are; the held fragment's answer is dropped
+        self.assertEqual(result[0].body,
+                         b"a1" + self.PAGE.split("1", 1)[1].encode())
+        self.assertEqual(self.esi_status(1), "passthrough")
+
+    def test_a_client_gone_mid_attempt_leaves_the_worker_serving(self):
+        conn = socket.create_connection(("127.0.0.1", self.port))
+        conn.sendall(b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertTrue(self.origin.wait_for_hits("/esi/hold"))
+        conn.close()
+        self.released.set()
+        self.origin.route("/other", "a" + attempt(include("/esi/x")) + "b")
+        self.assertEqual(self.get("/other")[2], b"aXb")
+        self.assertTrue(poll(lambda: len(self.access_log(2)) == 2))
 
 
 class PlannedLanguageTest(PlanTestCase):
