@@ -1,7 +1,5 @@
 #include "engine/stream.h"
 
-#include <limits>
-
 #include <spdlog/spdlog.h>
 
 #include "parser/include_uri.h"
@@ -9,7 +7,7 @@
 namespace esi {
 
 Stream::Stream(std::string uri, std::string authority, Stats& stats, uint64_t base)
-    : uri_(std::move(uri)), authority_(std::move(authority)), stats_(stats), base_(base),
+    : page_{std::move(uri), std::move(authority)}, stats_(stats), base_(base),
       parser_(*this) {}
 
 void Stream::record(size_t maxBytes) {
@@ -23,7 +21,7 @@ void Stream::feed(std::string_view bytes) {
     if (body_.size() + bytes.size() > maxRecordBytes_) {
       recording_ = false;
       body_ = {};
-      recorded_ = {};
+      program_ = {};
     } else {
       body_.append(bytes);
     }
@@ -33,66 +31,90 @@ void Stream::feed(std::string_view bytes) {
 
 void Stream::finish() { parser_.finish(); }
 
-std::vector<Instruction> Stream::takeInstructions() {
-  if (recording_) recorded_.insert(recorded_.end(), pending_.begin(), pending_.end());
-  return std::exchange(pending_, {});
+std::vector<Instruction> Stream::takeInstructions() { return std::exchange(pending_, {}); }
+
+void Stream::add(ProgramStep step) {
+  evaluator_.step(step, pending_);
+  if (!recording_) return;
+  if (const auto* run = std::get_if<VerbatimRun>(&step)) {
+    appendVerbatim(program_, run->offset, run->length);
+  } else {
+    program_.push_back(std::move(step));
+  }
 }
 
 void Stream::verbatim(uint64_t offset, uint64_t length) {
-  offset += base_;
-  // The wire carries 32-bit lengths; longer runs go out as several.
-  constexpr uint64_t kMaxRun = std::numeric_limits<uint32_t>::max();
-  while (length > 0) {
-    const uint64_t run = std::min(length, kMaxRun);
-    if (!pending_.empty()) {
-      if (auto* last = std::get_if<VerbatimRun>(&pending_.back());
-          last && last->offset + last->length == offset &&
-          last->length + run <= kMaxRun) {
-        last->length += static_cast<uint32_t>(run);
-        offset += run;
-        length -= run;
-        continue;
-      }
-    }
-    pending_.push_back(VerbatimRun{offset, static_cast<uint32_t>(run)});
-    offset += run;
-    length -= run;
-  }
+  // Split as the wire needs; add() merges the pieces again where it can.
+  std::vector<ProgramStep> runs;
+  appendVerbatim(runs, base_ + offset, length);
+  for (ProgramStep& run : runs) add(std::move(run));
 }
 
 void Stream::include(std::string_view src, std::string_view alt,
                      bool continueOnError) {
   ++stats_.includes;
-  IncludeCall call;
-  call.continueOnError = continueOnError;
+  IncludeStep step;
+  step.src = Template::compile(src);
+  if (!alt.empty()) step.alt = Template::compile(alt);
+  step.continueOnError = continueOnError;
+  if (!step.src.hasReferences() && !(step.alt && step.alt->hasReferences())) {
+    step.resolved = resolveOnce(step);
+  }
+  add(std::move(step));
+}
 
-  IncludeUri resolved = resolveInclude(src, uri_, authority_);
+// Logs what is refused: the page decides, not the request.
+std::optional<IncludeCall> Stream::resolveOnce(const IncludeStep& step) {
+  const RequestVariables none;
+  IncludeCall call;
+  call.continueOnError = step.continueOnError;
+  const std::string src = step.src.render(none, Escaping::URL);
+  IncludeUri resolved = resolveInclude(src, page_.uri, page_.authority);
   if (resolved.ok) {
     call.path = std::move(resolved.path);
     call.args = std::move(resolved.args);
   } else {
     ++stats_.errors;
-    spdlog::warn("{}: include \"{}\" refused: {}", uri_, src, resolved.reason);
+    spdlog::warn("{}: include \"{}\" refused: {}", page_.uri, src, resolved.reason);
   }
-
-  if (!alt.empty()) {
-    IncludeUri altResolved = resolveInclude(alt, uri_, authority_);
+  if (step.alt) {
+    const std::string alt = step.alt->render(none, Escaping::URL);
+    IncludeUri altResolved = resolveInclude(alt, page_.uri, page_.authority);
     if (altResolved.ok) {
       call.altPath = std::move(altResolved.path);
       call.altArgs = std::move(altResolved.args);
     } else {
       ++stats_.errors;
-      spdlog::warn("{}: include alt \"{}\" refused: {}", uri_, alt,
+      spdlog::warn("{}: include alt \"{}\" refused: {}", page_.uri, alt,
                    altResolved.reason);
     }
   }
-
-  pending_.push_back(std::move(call));
+  return call;
 }
+
+void Stream::reference(std::string_view text) {
+  add(LiteralStep{Template::compile(text)});
+}
+
+void Stream::open(Block block, std::string_view test) {
+  BlockOpen step{block, {}};
+  if (block == Block::WHEN) {
+    step.test = Expression::compile(test);
+    if (!step.test.ok()) {
+      // Once per parse: a plan keeps the compiled test and logs nothing.
+      ++stats_.warnings;
+      spdlog::warn("{}: <esi:when test=\"{}\"> is malformed, taken as false: {}",
+                   page_.uri, test, step.test.error());
+    }
+  }
+  add(std::move(step));
+}
+
+void Stream::close(Block block) { add(BlockClose{block}); }
 
 void Stream::warning(uint64_t offset, std::string_view what) {
   ++stats_.warnings;
-  spdlog::warn("{}: ESI markup at byte {}: {}", uri_, offset, what);
+  spdlog::warn("{}: ESI markup at byte {}: {}", page_.uri, offset, what);
 }
 
 }  // namespace esi

@@ -465,6 +465,21 @@ bool Expression::compare(const Node& node, std::string_view left,
   return false;
 }
 
+size_t Expression::bytes() const {
+  size_t total = nodes_.capacity() * sizeof(Node) +
+                 children_.capacity() * sizeof(uint32_t) +
+                 operands_.capacity() * sizeof(Operand) + error_.capacity() +
+                 patterns_.size() * kPatternBytes;
+  for (const Operand& operand : operands_) {
+    total += operand.literal.capacity();
+    if (operand.reference) {
+      total += operand.reference->variable.key.capacity() +
+               operand.reference->fallback.capacity();
+    }
+  }
+  return total;
+}
+
 std::vector<VariableRef> Expression::uses() const {
   std::vector<VariableRef> refs;
   for (const Operand& operand : operands_) {

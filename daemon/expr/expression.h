@@ -83,6 +83,11 @@ class Expression {
   // False when malformed.
   bool evaluate(const RequestVariables& variables) const;
 
+  // Heap memory it holds, roughly (a compiled pattern counts as
+  // kPatternBytes): for the budget of whoever keeps it.
+  static constexpr size_t kPatternBytes = 8192;
+  size_t bytes() const;
+
   // The variables it reads, each once, in order of first use; unknown
   // variables (always empty) are left out.
   std::vector<VariableRef> uses() const;

@@ -70,13 +70,9 @@ Template Template::compile(std::string_view text) {
 
 void Template::renderTo(std::string& out, const RequestVariables& variables,
                         Escaping escaping) const {
-  size_t done = 0;
-  for (const Slot& slot : slots_) {
-    out.append(text_, done, slot.at - done);
-    appendEscaped(out, slot.reference.valueIn(variables), escaping);
-    done = slot.at;
-  }
-  out.append(text_, done);
+  pieces(
+      variables, [&](std::string_view text) { out += text; },
+      [&](std::string_view value) { appendEscaped(out, value, escaping); });
 }
 
 std::string Template::render(const RequestVariables& variables,
@@ -84,6 +80,15 @@ std::string Template::render(const RequestVariables& variables,
   std::string out;
   renderTo(out, variables, escaping);
   return out;
+}
+
+size_t Template::bytes() const {
+  size_t total = text_.capacity() + slots_.capacity() * sizeof(Slot);
+  for (const Slot& slot : slots_) {
+    total += slot.reference.variable.key.capacity() +
+             slot.reference.fallback.capacity();
+  }
+  return total;
 }
 
 std::vector<VariableRef> Template::uses() const {

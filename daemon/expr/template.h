@@ -8,13 +8,12 @@
 // always data, escaped for where it goes (its default too, for one rule):
 //  - Escaping::HTML, for <esi:vars> content: & < > " ' become entities, so a
 //    value can neither open a tag nor leave an attribute value.
-//  - Escaping::URL, for include src and alt: every byte but the unreserved
+//  - Escaping::URL, for an include's query: every byte but the unreserved
 //    ones (RFC 3986: letters, digits, - . _ ~) is percent-encoded, so a value
-//    holds no '/', '?', '&', '#', CR, LF or NUL.  Note that resolveInclude
-//    (parser/include_uri.h) percent-decodes the path it is given, so a
-//    rendered "%2F" or "%2E%2E" in the path becomes a separator or a dot
-//    segment there again: it keeps such a path on the page's authority and
-//    below the root, but not below the template's own directory.
+//    holds no '/', '?', '&', '#', CR, LF or NUL.  An include's path is
+//    decoded again when it is resolved, so a "%2F" there would be a
+//    separator after all: engine/program.h renders include paths with
+//    pieces() and checks each value itself.
 // The text around references is the page's own and goes out unchanged.
 //
 // A default is a single-quoted string ('new user', with \' and \\) or one
@@ -48,8 +47,26 @@ class Template {
   std::string render(const RequestVariables& variables,
                      Escaping escaping) const;
 
+  // Calls text(piece) for each run of the template's own text and
+  // value(value) for each reference's value (its default where empty), in
+  // order: for a caller that escapes by position.
+  template <typename Text, typename Value>
+  void pieces(const RequestVariables& variables, Text&& text,
+              Value&& value) const {
+    size_t done = 0;
+    for (const Slot& slot : slots_) {
+      text(std::string_view(text_).substr(done, slot.at - done));
+      value(slot.reference.valueIn(variables));
+      done = slot.at;
+    }
+    text(std::string_view(text_).substr(done));
+  }
+
   // False when the text holds no reference: it goes out as it is.
   bool hasReferences() const { return !slots_.empty(); }
+
+  // Heap memory it holds, roughly: for the budget of whoever keeps it.
+  size_t bytes() const;
 
   // The variables it reads, each once, in order of first use; unknown
   // variables (always empty) are left out.

@@ -55,6 +55,23 @@ class Assembler final : public ParserSink {
                          (continueOnError ? "continue" : "") + "]";
   }
 
+  void reference(std::string_view text) override {
+    EXPECT_TRUE(text.starts_with("$(") && text.ends_with(")"));
+    result_.assembled += "[ref " + std::string(text) + "]";
+  }
+
+  void open(Block block, std::string_view test) override {
+    if (block != Block::WHEN) {
+      EXPECT_TRUE(test.empty());
+    }
+    result_.assembled += "[" + std::string(nameOf(block)) +
+                         (test.empty() ? "" : " ") + std::string(test) + "]";
+  }
+
+  void close(Block block) override {
+    result_.assembled += "[/" + std::string(nameOf(block)) + "]";
+  }
+
   void warning(uint64_t offset, std::string_view what) override {
     EXPECT_LE(offset, fed_);
     result_.warnings.push_back(std::to_string(offset) + ": " +
@@ -281,17 +298,130 @@ TEST(Parser, CommentTagIsDropped) {
 TEST(Parser, VarsTagsAreStrippedAndTheirContentProcessed) {
   expectAssembled(
       R"(a<esi:vars>b $(HTTP_HOST) <esi:include src="/x"/></esi:vars>c)",
-      "ab $(HTTP_HOST) [include /x||]c", 0);
+      "ab [ref $(HTTP_HOST)] [include /x||]c", 0);
 }
 
 TEST(Parser, UnknownEsiTagsPassThroughWithWarning) {
-  expectAssembled(R"(a<esi:choose>b<esi:when test="1"/></esi:choose>c<esi:>)",
-                  R"(a<esi:choose>b<esi:when test="1"/></esi:choose>c<esi:>)",
-                  4);
+  expectAssembled(R"(a<esi:inline name="x">b</esi:inline>c<esi:>)",
+                  R"(a<esi:inline name="x">b</esi:inline>c<esi:>)", 3);
 }
 
 TEST(Parser, StrayEndTagsAreDroppedWithWarning) {
   expectAssembled("a</esi:remove>b</esi:include>c</esi:vars>d", "abcd", 3);
+}
+
+// --------------------------------------------------------------------------
+// $(...) references in <esi:vars>
+
+TEST(Parser, ReferencesAreReportedOnlyInsideVars) {
+  expectAssembled("$(HTTP_HOST)<esi:vars>$(HTTP_HOST)</esi:vars>$(HTTP_HOST)",
+                  "$(HTTP_HOST)[ref $(HTTP_HOST)]$(HTTP_HOST)", 0);
+}
+
+TEST(Parser, ReferencesCarryKeysAndDefaultsAsWritten) {
+  expectAssembled(
+      R"(<esi:vars>$(HTTP_COOKIE{a)b}|'x)\'y')$(QUERY_STRING|bare)</esi:vars>)",
+      R"([ref $(HTTP_COOKIE{a)b}|'x)\'y')][ref $(QUERY_STRING|bare)])", 0);
+}
+
+TEST(Parser, DollarThatStartsNoReferenceIsText) {
+  expectAssembled(
+      "<esi:vars>$(document).ready(); $ 5 $(A b) $(lower) $$(HTTP_HOST)"
+      "$(A<b>$(B)</esi:vars>",
+      "$(document).ready(); $ 5 $(A b) $(lower) $[ref $(HTTP_HOST)]"
+      "$(A<b>[ref $(B)]",
+      0);
+}
+
+TEST(Parser, ReferenceLongerThanTheTagLimitIsTextWithWarning) {
+  const std::string page = "<esi:vars>$(A|'" + std::string(40, 'x') + "')";
+  expectAssembled(page, page.substr(10), 1, ParserLimits{32});
+}
+
+TEST(Parser, ReferenceInsideRemoveOrHtmlCommentIsNotReported) {
+  expectAssembled(
+      "<esi:vars><esi:remove>$(A)</esi:remove><!-- $(A) -->"
+      "<!--esi $(A) --></esi:vars>",
+      "<!-- $(A) --> [ref $(A)] ", 0);
+}
+
+// --------------------------------------------------------------------------
+// choose / when / otherwise, try / attempt / except
+
+TEST(Parser, ChooseReportsItsBranchesWithTheirTests) {
+  expectAssembled(
+      "<esi:choose> <esi:when test=\"$(HTTP_COOKIE{group})=='Advanced'\">A"
+      "</esi:when><esi:when test='$(A) &amp; 1'>B</esi:when>"
+      "<esi:otherwise>C</esi:otherwise></esi:choose>",
+      "[choose] [when $(HTTP_COOKIE{group})=='Advanced']A[/when]"
+      "[when $(A) & 1]B[/when][otherwise]C[/otherwise][/choose]",
+      0);
+}
+
+TEST(Parser, TryReportsAttemptAndExcept) {
+  expectAssembled(
+      "<esi:try><esi:attempt><esi:include src=\"/a\"/></esi:attempt>"
+      "<esi:except>x</esi:except></esi:try>",
+      "[try][attempt][include /a||][/attempt][except]x[/except][/try]", 0);
+}
+
+TEST(Parser, ConstructsNest) {
+  expectAssembled(
+      "<esi:choose><esi:when test='1'><esi:try><esi:attempt><esi:choose>"
+      "<esi:otherwise/></esi:choose></esi:attempt></esi:try></esi:when>"
+      "</esi:choose>",
+      "[choose][when 1][try][attempt][choose][otherwise][/otherwise]"
+      "[/choose][/attempt][/try][/when][/choose]",
+      0);
+}
+
+TEST(Parser, BranchesOutOfPlaceAreDroppedWithWarningKeepingTheirContent) {
+  expectAssembled("<esi:when test='1'>a</esi:when><esi:attempt>b</esi:attempt>",
+                  "ab", 4);
+  expectAssembled("<esi:try><esi:when test='1'>a</esi:when></esi:try>",
+                  "[try]a[/try]", 2);
+}
+
+TEST(Parser, SecondAttemptOrExceptIsDroppedWithWarning) {
+  expectAssembled(
+      "<esi:try><esi:except>e</esi:except><esi:attempt>a</esi:attempt>"
+      "<esi:except>f</esi:except></esi:try>",
+      "[try][except]e[/except]af[/try]", 4);
+}
+
+TEST(Parser, EndTagClosesWhatIsOpenInsideItWithWarning) {
+  expectAssembled("<esi:choose><esi:when test='1'>a</esi:choose>b",
+                  "[choose][when 1]a[/when][/choose]b", 1);
+}
+
+TEST(Parser, StrayBlockEndTagIsDroppedWithWarning) {
+  expectAssembled("a</esi:when>b</esi:try>c", "abc", 2);
+}
+
+TEST(Parser, ConstructsOpenAtTheEndAreClosedWithWarning) {
+  expectAssembled("<esi:try><esi:attempt>a", "[try][attempt]a[/attempt][/try]",
+                  2);
+}
+
+TEST(Parser, ConstructsInsideRemoveAreDropped) {
+  expectAssembled("<esi:remove><esi:choose></esi:remove>a", "a", 0);
+}
+
+TEST(Parser, ConstructsNestedTooDeepAreDroppedWithTheirEndTags) {
+  std::string page;
+  std::string expected;
+  for (size_t i = 0; i < kMaxBlockDepth + 2; ++i) page += "<esi:try>";
+  for (size_t i = 0; i < kMaxBlockDepth; ++i) expected += "[try]";
+  for (size_t i = 0; i < kMaxBlockDepth + 2; ++i) page += "</esi:try>";
+  for (size_t i = 0; i < kMaxBlockDepth; ++i) expected += "[/try]";
+  const Parse parse = parseWhole(page);
+  EXPECT_EQ(parse.assembled, expected);
+  EXPECT_EQ(parse.warnings.size(), 2u);
+}
+
+TEST(Parser, WhenWithMalformedAttributesHasAnEmptyTestWithWarning) {
+  expectAssembled("<esi:choose><esi:when test>a</esi:when></esi:choose>",
+                  "[choose][when]a[/when][/choose]", 1);
 }
 
 // --------------------------------------------------------------------------
@@ -344,8 +474,8 @@ const char MIXED_PAGE_ASSEMBLED[] =
     "\n"
     " <p>hidden from browsers [include frag2||]</p> \n"
     "\n"
-    "<p>$(HTTP_COOKIE{id})</p>\n"
-    "<esi:try><esi:attempt>tried</esi:attempt></esi:try>\n"
+    "<p>[ref $(HTTP_COOKIE{id})]</p>\n"
+    "[try][attempt]tried[/attempt][/try]\n"
     "<script><![CDATA[ if (a < b) { '<esi:include src=\"/no\"/>' } ]]>"
     "</script>\n"
     "[include /odd|/q\"uote|][include /bare||]\n"
@@ -353,8 +483,8 @@ const char MIXED_PAGE_ASSEMBLED[] =
     "</body></html>\n";
 
 TEST(Parser, MixedPageSplitAnywhereOrFedByteByByteIsAssembled) {
-  // try, attempt and their two end tags; the stray remove; the empty src.
-  expectAssembled(MIXED_PAGE, MIXED_PAGE_ASSEMBLED, 6);
+  // The stray remove; the empty src.
+  expectAssembled(MIXED_PAGE, MIXED_PAGE_ASSEMBLED, 2);
 }
 
 TEST(Parser, RandomPagesInRandomChunksAssembleAsWhole) {
@@ -366,7 +496,11 @@ TEST(Parser, RandomPagesInRandomChunksAssembleAsWhole) {
       "</esi:include>", "<esi:include", " src=", "\"/q\"", "/>",
       "<esi:remove>", "</esi:remove>", "<esi:comment text='c'/>", "<esi:vars>",
       "</esi:vars>", "<esi:foo a='>'>", "</esi:foo>", "<b class=\"c\">",
-      "&amp;", "&#x41;",
+      "&amp;", "&#x41;", "$", "$(", "$(HTTP_HOST)", "$(QUERY_STRING{q}|'a)b')",
+      "<esi:choose>", "</esi:choose>", "<esi:when test=\"$(A)=='1'\">",
+      "</esi:when>", "<esi:otherwise>", "</esi:otherwise>", "<esi:try>",
+      "</esi:try>", "<esi:attempt>", "</esi:attempt>", "<esi:except>",
+      "</esi:except>", "<esi:otherwise/>", "{", "}", "|",
   };
   std::mt19937 random(20240611);
   for (int iteration = 0; iteration < 3000; ++iteration) {
@@ -399,6 +533,9 @@ class CountingSink final : public ParserSink {
   void include(std::string_view, std::string_view, bool) override {
     ++includes;
   }
+  void reference(std::string_view) override {}
+  void open(Block, std::string_view) override {}
+  void close(Block) override {}
   void warning(uint64_t, std::string_view) override { ++warnings; }
 
   uint64_t verbatimBytes = 0;

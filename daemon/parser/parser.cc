@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <vector>
+
+#include "expr/syntax.h"
 
 namespace esi {
 namespace {
@@ -153,7 +156,21 @@ constexpr OpenerText OPENERS[] = {
     {"</esi:", Opener::ESI_TAG},
 };
 
+constexpr std::string_view BLOCK_NAMES[] = {"choose", "when",    "otherwise",
+                                            "try",    "attempt", "except"};
+
+std::optional<Block> blockNamed(std::string_view name) {
+  for (size_t i = 0; i < std::size(BLOCK_NAMES); ++i) {
+    if (BLOCK_NAMES[i] == name) return static_cast<Block>(i);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::string_view nameOf(Block block) {
+  return BLOCK_NAMES[static_cast<size_t>(block)];
+}
 
 struct Parser::State {
   enum class Mode {
@@ -162,6 +179,14 @@ struct Parser::State {
     ESI_TAG,  // holding an <esi:...> or </esi:...> until its '>'
     COMMENT,  // inside <!-- -->, until "-->"
     CDATA,    // inside <![CDATA[ ]]>, until "]]>"
+    REFERENCE,  // in <esi:vars>, holding a "$(" until its ')'
+  };
+
+  // An open construct; for try, which of its parts came already.
+  struct OpenBlock {
+    Block block;
+    bool attempted = false;
+    bool excepted = false;
   };
 
   State(ParserSink& sink, ParserLimits limits) : sink(sink), limits(limits) {}
@@ -174,6 +199,7 @@ struct Parser::State {
   void scanOpener(std::string_view& in);
   void scanEsiTag(std::string_view& in);
   void scanUntil(std::string_view& in, char repeated);
+  void scanReference(std::string_view& in);
 
   void open(Opener opener);
   void resolveTag();
@@ -181,10 +207,13 @@ struct Parser::State {
                bool selfClosing);
   void closeTag(std::string_view name);
   void include(std::string_view attributes, bool selfClosing);
+  void openBlock(Block block, std::string_view attributes, bool selfClosing);
+  void closeBlock(Block block);
+  bool substituting() const { return varsDepth > 0 && removeDepth == 0; }
 
   bool holding() const {
     return mode == Mode::OPENER || mode == Mode::ESI_TAG ||
-           (mode == Mode::TEXT && closeMatch > 0);
+           mode == Mode::REFERENCE || (mode == Mode::TEXT && closeMatch > 0);
   }
   void consume(std::string_view& in, size_t n) {
     in.remove_prefix(n);
@@ -206,7 +235,7 @@ struct Parser::State {
   bool inRun = true;
   uint64_t runStart = 0;
 
-  std::string tag;         // the held '<...' bytes
+  std::string tag;         // the held '<...' or "$(..." bytes
   uint64_t holdStart = 0;  // where the held '<...' or "--" begins
   int closeMatch = 0;      // "--" or "]]" seen of a closing "-->" or "]]>"
   char tagQuote = 0;       // in ESI_TAG: open quote, or '=' before a value
@@ -218,6 +247,16 @@ struct Parser::State {
   uint64_t commentStart = 0;  // of the HTML comment or CDATA section
   bool includeOpen = false;   // an <esi:include ...> awaits </esi:include>
   unsigned varsDepth = 0;
+
+  // In REFERENCE: inside {key}, after '|', inside a quoted default, after a
+  // backslash there.
+  bool referenceKey = false;
+  bool referenceDefault = false;
+  bool referenceQuote = false;
+  bool referenceEscape = false;
+
+  std::vector<OpenBlock> blocks;  // at most kMaxBlockDepth
+  unsigned blocksDropped = 0;     // too deep: their end tags are dropped too
 };
 
 // --------------------------------------------------------------------------
@@ -266,6 +305,7 @@ void Parser::State::feed(std::string_view in) {
       case Mode::ESI_TAG: scanEsiTag(in); break;
       case Mode::COMMENT: scanUntil(in, '-'); break;
       case Mode::CDATA: scanUntil(in, ']'); break;
+      case Mode::REFERENCE: scanReference(in); break;
     }
   }
   // Hand over what is certain so the caller can send it and free its buffer.
@@ -273,8 +313,9 @@ void Parser::State::feed(std::string_view in) {
 }
 
 void Parser::State::scanText(std::string_view& in) {
+  const bool references = substituting();
   if (!inEsiComment) {
-    const size_t lt = in.find('<');
+    const size_t lt = references ? in.find_first_of("<$") : in.find('<');
     if (lt == std::string_view::npos) {
       consume(in, in.size());
       return;
@@ -282,7 +323,8 @@ void Parser::State::scanText(std::string_view& in) {
     consume(in, lt);
   } else {
     // Inside <!--esi, also look for the "-->" that ends it.
-    while (!in.empty() && in.front() != '<') {
+    while (!in.empty() && in.front() != '<' &&
+           !(references && in.front() == '$')) {
       const char c = in.front();
       consume(in, 1);
       if (c == '-') {
@@ -304,6 +346,13 @@ void Parser::State::scanText(std::string_view& in) {
     closeMatch = 0;
   }
   holdStart = pos;
+  if (in.front() == '$') {
+    tag.assign(1, '$');
+    consume(in, 1);
+    referenceKey = referenceDefault = referenceQuote = referenceEscape = false;
+    mode = Mode::REFERENCE;
+    return;
+  }
   tag.assign(1, '<');
   consume(in, 1);
   mode = Mode::OPENER;
@@ -413,6 +462,67 @@ void Parser::State::scanEsiTag(std::string_view& in) {
   consume(in, in.size());
 }
 
+// Holds "$(" and what follows up to the ')' that ends a reference, as
+// expr::parseReference reads one; a byte no reference can hold there makes
+// the held bytes text, and that byte is scanned afresh.
+void Parser::State::scanReference(std::string_view& in) {
+  for (size_t n = 0; n < in.size(); ++n) {
+    const char c = in[n];
+    const size_t at = tag.size() + n;
+    bool text = false;
+    if (at >= limits.maxTagBytes) {
+      consume(in, n);
+      warn(holdStart, "$( longer than maxTagBytes, taken as text");
+      keepHeld();
+      return;
+    }
+    if (at == 1) {
+      text = c != '(';
+    } else if (at == 2) {
+      text = c < 'A' || c > 'Z';  // $(document) is jQuery's
+    } else if (referenceQuote) {
+      if (referenceEscape) {
+        referenceEscape = false;
+      } else if (c == '\\') {
+        referenceEscape = true;
+      } else if (c == '\'') {
+        referenceQuote = false;
+      }
+      text = c == '<';
+    } else if (referenceKey) {
+      referenceKey = c != '}';
+      text = c == '<';
+    } else if (c == ')') {
+      tag.append(in.substr(0, n + 1));
+      consume(in, n + 1);
+      size_t length = 0;
+      if (expr::parseReference(tag, length) && length == tag.size()) {
+        cutRun(holdStart);
+        sink.reference(tag);
+        dropHeld();
+      } else {
+        keepHeld();
+      }
+      return;
+    } else if (c == '<' || c == '$') {
+      text = true;
+    } else if (c == '{' && !referenceDefault) {
+      referenceKey = true;
+    } else if (c == '|') {
+      referenceDefault = true;
+    } else if (c == '\'' && referenceDefault) {
+      referenceQuote = true;
+    }
+    if (text) {
+      consume(in, n);
+      keepHeld();
+      return;
+    }
+  }
+  tag.append(in);
+  consume(in, in.size());
+}
+
 // --------------------------------------------------------------------------
 // ESI tags, whole
 
@@ -451,6 +561,8 @@ void Parser::State::openTag(std::string_view name, std::string_view attributes,
                             bool selfClosing) {
   if (name == "include") {
     include(attributes, selfClosing);
+  } else if (const auto block = blockNamed(name)) {
+    openBlock(*block, attributes, selfClosing);
   } else if (name == "remove") {
     if (selfClosing) {
       warn(holdStart, "<esi:remove/> removes nothing");
@@ -471,6 +583,8 @@ void Parser::State::openTag(std::string_view name, std::string_view attributes,
 void Parser::State::closeTag(std::string_view name) {
   if (name == "remove") {
     warn(holdStart, "</esi:remove> without <esi:remove>");
+  } else if (const auto block = blockNamed(name)) {
+    closeBlock(*block);
   } else if (name == "include") {
     if (!includeOpen) warn(holdStart, "</esi:include> without <esi:include>");
     includeOpen = false;
@@ -527,6 +641,87 @@ void Parser::State::include(std::string_view attributes, bool selfClosing) {
   }
 }
 
+void Parser::State::openBlock(Block block, std::string_view attributes,
+                              bool selfClosing) {
+  OpenBlock* parent = blocks.empty() ? nullptr : &blocks.back();
+  const Block parentBlock = parent ? parent->block : Block::WHEN;
+  bool placed = true;
+  switch (block) {
+    case Block::CHOOSE:
+    case Block::TRY:
+      break;
+    case Block::WHEN:
+    case Block::OTHERWISE:
+      placed = parentBlock == Block::CHOOSE;
+      break;
+    case Block::ATTEMPT:
+      placed = parentBlock == Block::TRY && !parent->attempted &&
+               !parent->excepted;
+      break;
+    case Block::EXCEPT:
+      placed = parentBlock == Block::TRY && !parent->excepted;
+      break;
+  }
+  if (blocksDropped > 0 || blocks.size() == kMaxBlockDepth) {
+    warn(holdStart, "ESI constructs nested too deep, this one dropped");
+    if (!selfClosing) ++blocksDropped;
+    return;
+  }
+  if (!placed) {
+    const std::string what = "<esi:" + std::string(nameOf(block)) +
+                             "> out of place, dropped (its content stays)";
+    warn(holdStart, what);
+    return;
+  }
+  if (block == Block::ATTEMPT) parent->attempted = true;
+  if (block == Block::EXCEPT) parent->excepted = true;
+
+  std::string test;
+  if (block == Block::WHEN) {
+    Attribute attribute;
+    AttributeScan scan;
+    while ((scan = nextAttribute(attributes, attribute)) ==
+           AttributeScan::FOUND) {
+      if (attribute.name == "test") test = decodeEntities(attribute.value);
+    }
+    if (scan == AttributeScan::MALFORMED) {
+      warn(holdStart, "<esi:when> with malformed attributes, test taken as empty");
+      test.clear();
+    }
+  }
+  cutRun(holdStart);
+  sink.open(block, test);
+  if (selfClosing) {
+    sink.close(block);
+  } else {
+    blocks.push_back({block});
+  }
+}
+
+void Parser::State::closeBlock(Block block) {
+  if (blocksDropped > 0) {
+    --blocksDropped;
+    return;
+  }
+  const auto open = std::find_if(blocks.rbegin(), blocks.rend(),
+                                 [&](const OpenBlock& b) { return b.block == block; });
+  if (open == blocks.rend()) {
+    warn(holdStart, "</esi:" + std::string(nameOf(block)) + "> without <esi:" +
+                        std::string(nameOf(block)) + ">, dropped");
+    return;
+  }
+  cutRun(holdStart);
+  while (blocks.back().block != block) {
+    warn(holdStart, "<esi:" + std::string(nameOf(blocks.back().block)) +
+                        "> not closed before </esi:" + std::string(nameOf(block)) +
+                        ">, closed there");
+    sink.close(blocks.back().block);
+    blocks.pop_back();
+  }
+  sink.close(block);
+  blocks.pop_back();
+}
+
 // --------------------------------------------------------------------------
 
 void Parser::State::finish() {
@@ -548,6 +743,8 @@ void Parser::State::finish() {
     case Mode::CDATA:
       warn(commentStart, "CDATA section not closed at end of stream");
       break;
+    case Mode::REFERENCE:
+      break;  // "$(" without its ')' is text
   }
   keepHeld();
   if (inEsiComment) {
@@ -557,6 +754,12 @@ void Parser::State::finish() {
     warn(removeStart, "<esi:remove> not closed at end of stream, rest dropped");
   }
   cutRun(pos);
+  while (!blocks.empty()) {
+    warn(pos, "<esi:" + std::string(nameOf(blocks.back().block)) +
+                  "> not closed at end of stream, closed there");
+    sink.close(blocks.back().block);
+    blocks.pop_back();
+  }
 }
 
 // --------------------------------------------------------------------------

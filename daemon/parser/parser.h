@@ -4,9 +4,20 @@
 // rest.  It never copies verbatim bytes: ranges are stream offsets, and the
 // bytes stay with whoever holds the body.  Memory is bounded by
 // ParserLimits::maxTagBytes whatever the page size.
+//
+// Structure (ESI 1.0 choose/when/otherwise, try/attempt/except) is reported
+// as it is found, always well nested: a construct in the wrong place or a
+// stray end tag is dropped with a warning, an end tag that skips inner
+// constructs closes them with a warning, and whatever is open at the end
+// of the stream is closed there with a warning.  <esi:when> and
+// <esi:otherwise> count only directly inside <esi:choose>; <esi:attempt>
+// (one, first) and <esi:except> (one) only directly inside <esi:try>.
+// Constructs nest at most kMaxBlockDepth deep; a deeper one is dropped with
+// a warning, and so is the next end tag of any construct.
 
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +31,12 @@ struct ParserLimits {
   size_t maxTagBytes = 8192;
 };
 
+// choose, when and otherwise; try, attempt and except.
+enum class Block : uint8_t { CHOOSE, WHEN, OTHERWISE, TRY, ATTEMPT, EXCEPT };
+std::string_view nameOf(Block block);
+
+constexpr size_t kMaxBlockDepth = 64;
+
 class ParserSink {
  public:
   virtual ~ParserSink() = default;
@@ -31,6 +48,16 @@ class ParserSink {
   // alt is empty when absent.
   virtual void include(std::string_view src, std::string_view alt,
                        bool continueOnError) = 0;
+
+  // A $(...) reference inside <esi:vars>, as written (a well-formed one, as
+  // expr/syntax.h reads them; anything else stays text).  References hold
+  // no '<' and are at most maxTagBytes long.
+  virtual void reference(std::string_view text) = 0;
+
+  // A construct opens; test is the entity-decoded test attribute of
+  // <esi:when> (empty when absent), empty for the others.
+  virtual void open(Block block, std::string_view test) = 0;
+  virtual void close(Block block) = 0;
 
   // Odd markup; the parse goes on.  offset is where the construct began.
   virtual void warning(uint64_t offset, std::string_view what) = 0;

@@ -11,24 +11,35 @@ namespace esi {
 namespace {
 
 // Steps written the short way, for comparing plans: V(offset,length),
-// I(path), C(offset,"bytes").
+// I(path), L(literal), C(offset,"bytes"), T+ T! T. (try start, except, end).
 std::string describe(const PlanStep& step) {
   if (const auto* run = std::get_if<VerbatimRun>(&step)) {
     return "V(" + std::to_string(run->offset) + "," + std::to_string(run->length) + ")";
   }
   if (const auto* include = std::get_if<IncludeCall>(&step)) return "I(" + include->path + ")";
+  if (const auto* literal = std::get_if<LiteralText>(&step)) return "L(" + literal->bytes + ")";
+  if (const auto* mark = std::get_if<TryMark>(&step)) {
+    return *mark == TryMark::START ? "T+" : *mark == TryMark::EXCEPT ? "T!" : "T.";
+  }
   const auto& check = std::get<PlanCheck>(step);
   return "C(" + std::to_string(check.offset) + "," + check.bytes + ")";
 }
 
-std::vector<std::string> describe(const Plan& plan) {
+const PageAddress kPage{"/dir/page.html", "example.com"};
+
+std::vector<std::string> describe(const Plan& plan, const RequestValues& values = {}) {
   std::vector<std::string> out;
-  for (const PlanStep& step : plan.steps) out.push_back(describe(step));
+  for (const PlanStep& step : plan.evaluate(kPage, values)) out.push_back(describe(step));
   return out;
 }
 
 VerbatimRun V(uint64_t offset, uint32_t length) { return VerbatimRun{offset, length}; }
-IncludeCall I(std::string path) { return IncludeCall{std::move(path), "", "", "", false}; }
+IncludeStep I(std::string path) {
+  IncludeStep step;
+  step.src = Template::compile(path);
+  step.resolved = IncludeCall{std::move(path), "", "", "", false};
+  return step;
+}
 
 ObjectId idOf(uint8_t first, uint64_t date = 1700000000) {
   ObjectId id;
@@ -42,14 +53,15 @@ ObjectId idOf(uint8_t first, uint64_t date = 1700000000) {
 // A plan of about `bytes` bytes of memory (one check of that many bytes).
 Plan planOf(size_t bytes) {
   Plan plan;
-  plan.steps.emplace_back(PlanCheck{0, std::string(bytes, 'x')});
+  plan.checks.push_back(PlanCheck{0, std::string(bytes, 'x')});
+  plan.checkBefore.push_back(0);
   plan.length = bytes;
   return plan;
 }
 
 size_t entryBytes(const Plan& plan) {
   Plan copy = plan;
-  copy.steps.shrink_to_fit();
+  copy.program.shrink_to_fit();
   return copy.bytes() + sizeof(ObjectId);
 }
 
@@ -96,8 +108,9 @@ TEST(BuildPlan, CheckOfALongConstructHoldsOnlyItsFirstBytes) {
   const std::string body = "head" + construct + "tail";
   const auto plan = buildPlan({V(0, 4), I("/p"), V(4 + construct.size(), 4)}, body);
   ASSERT_TRUE(plan);
-  ASSERT_EQ(plan->steps.size(), 4u);
-  const auto& check = std::get<PlanCheck>(plan->steps[1]);
+  const std::vector<PlanStep> steps = plan->evaluate(kPage, {});
+  ASSERT_EQ(steps.size(), 4u);
+  const auto& check = std::get<PlanCheck>(steps[1]);
   EXPECT_EQ(check.offset, 4u);
   EXPECT_EQ(check.bytes.size(), PlanCheck::kMaxBytes);
   EXPECT_EQ(check.bytes, construct.substr(0, PlanCheck::kMaxBytes));
@@ -111,10 +124,10 @@ TEST(BuildPlan, GapWithoutIncludeStillGetsACheck) {
                                                        "V(27,1)"}));
 }
 
-TEST(BuildPlan, AdjacentVerbatimRunsGetNoCheck) {
+TEST(BuildPlan, AdjacentVerbatimRunsGetNoCheckAndGoOutAsOne) {
   const auto plan = buildPlan({V(0, 3), V(3, 3)}, "abcdef");
   ASSERT_TRUE(plan);
-  EXPECT_EQ(describe(*plan), (std::vector<std::string>{"V(0,3)", "V(3,3)"}));
+  EXPECT_EQ(describe(*plan), (std::vector<std::string>{"V(0,6)"}));
 }
 
 TEST(BuildPlan, BodyWithoutConstructsIsOneVerbatimStep) {
@@ -127,7 +140,7 @@ TEST(BuildPlan, BodyWithoutConstructsIsOneVerbatimStep) {
 TEST(BuildPlan, EmptyBodyHasNoSteps) {
   const auto plan = buildPlan({}, "");
   ASSERT_TRUE(plan);
-  EXPECT_TRUE(plan->steps.empty());
+  EXPECT_TRUE(plan->program.empty());
   EXPECT_EQ(plan->length, 0u);
 }
 
@@ -308,9 +321,9 @@ TEST(PlanStore, SameIdInTwoZonesIsTwoEntries) {
 TEST(PlanStore, PlanBytesGrowWithItsStrings) {
   Plan small = *buildPlan({V(0, 2), I("/a"), V(25, 2)}, "ab<esi:include src=\"/a\"/>cd");
   Plan large = small;
-  std::get<IncludeCall>(large.steps[2]).path = "/" + std::string(1000, 'p');
+  std::get<IncludeStep>(large.program[1]).resolved->path = "/" + std::string(1000, 'p');
   EXPECT_GE(large.bytes(), small.bytes() + 1000);
-  EXPECT_GE(small.bytes(), sizeof(PlanStep) * small.steps.size());
+  EXPECT_GE(small.bytes(), sizeof(ProgramStep) * small.program.size());
 }
 
 }  // namespace

@@ -60,29 +60,74 @@ size_t ObjectIdHash::operator()(const ObjectId& id) const noexcept {
 }
 
 size_t Plan::bytes() const {
-  size_t total = kEntryOverhead + steps.capacity() * sizeof(PlanStep);
-  for (const PlanStep& step : steps) {
-    if (const auto* include = std::get_if<IncludeCall>(&step)) {
-      total += heapBytes(include->path) + heapBytes(include->args) +
-               heapBytes(include->altPath) + heapBytes(include->altArgs);
-    } else if (const auto* check = std::get_if<PlanCheck>(&step)) {
-      total += heapBytes(check->bytes);
+  size_t total = kEntryOverhead + program.capacity() * sizeof(ProgramStep) +
+                 checks.capacity() * sizeof(PlanCheck) +
+                 checkBefore.capacity() * sizeof(size_t);
+  for (const ProgramStep& step : program) {
+    if (const auto* literal = std::get_if<LiteralStep>(&step)) {
+      total += literal->value.bytes();
+    } else if (const auto* include = std::get_if<IncludeStep>(&step)) {
+      total += include->src.bytes() + (include->alt ? include->alt->bytes() : 0);
+      if (include->resolved) {
+        const IncludeCall& call = *include->resolved;
+        total += heapBytes(call.path) + heapBytes(call.args) +
+                 heapBytes(call.altPath) + heapBytes(call.altArgs);
+      }
+    } else if (const auto* open = std::get_if<BlockOpen>(&step)) {
+      total += open->test.bytes();
     }
   }
+  for (const PlanCheck& check : checks) total += heapBytes(check.bytes);
   return total;
 }
 
-std::optional<Plan> buildPlan(const std::vector<Instruction>& instructions,
+std::vector<PlanStep> Plan::evaluate(const PageAddress& page,
+                                     const RequestValues& values) const {
+  Evaluator evaluator(page, values);
+  std::vector<Instruction> instructions;
+  // Where each check that starts a gap goes: before instructions[first].
+  std::vector<std::pair<size_t, const PlanCheck*>> kept;
+  uint64_t covered = 0;  // end of the last verbatim run emitted
+  size_t next = 0;       // of checks
+  auto keepChecksBefore = [&](size_t step) {
+    for (; next < checks.size() && checkBefore[next] == step; ++next) {
+      if (checks[next].offset == covered) kept.emplace_back(instructions.size(), &checks[next]);
+    }
+  };
+  for (size_t i = 0; i < program.size(); ++i) {
+    keepChecksBefore(i);
+    evaluator.step(program[i], instructions);
+    if (!instructions.empty()) {
+      if (const auto* run = std::get_if<VerbatimRun>(&instructions.back())) {
+        covered = run->offset + run->length;
+      }
+    }
+  }
+  keepChecksBefore(program.size());
+
+  std::vector<PlanStep> steps;
+  steps.reserve(instructions.size() + kept.size());
+  auto check = kept.begin();
+  for (size_t i = 0; i <= instructions.size(); ++i) {
+    for (; check != kept.end() && check->first == i; ++check) steps.emplace_back(*check->second);
+    if (i == instructions.size()) break;
+    std::visit([&](auto& instruction) { steps.emplace_back(std::move(instruction)); },
+               instructions[i]);
+  }
+  return steps;
+}
+
+std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
                               std::string_view body) {
   Plan plan;
   uint64_t pos = 0;  // end of the previous verbatim run
   // The check for the gap after `pos`, whose end is the next verbatim run at
-  // or after instructions[from] (or the end of the body).  False when that
-  // run starts before `pos`.
+  // or after program[from] (or the end of the body).  False when that run
+  // starts before `pos`.
   auto checkGap = [&](size_t from) {
     uint64_t end = body.size();
-    for (size_t i = from; i < instructions.size(); ++i) {
-      if (const auto* run = std::get_if<VerbatimRun>(&instructions[i])) {
+    for (size_t i = from; i < program.size(); ++i) {
+      if (const auto* run = std::get_if<VerbatimRun>(&program[i])) {
         end = run->offset;
         break;
       }
@@ -90,25 +135,23 @@ std::optional<Plan> buildPlan(const std::vector<Instruction>& instructions,
     if (end < pos || end > body.size()) return false;
     if (end > pos) {
       const size_t length = std::min<uint64_t>(end - pos, PlanCheck::kMaxBytes);
-      plan.steps.emplace_back(PlanCheck{pos, std::string(body.substr(pos, length))});
+      plan.checks.push_back(PlanCheck{pos, std::string(body.substr(pos, length))});
+      plan.checkBefore.push_back(from);
     }
     return true;
   };
 
   if (!checkGap(0)) return std::nullopt;
-  for (size_t i = 0; i < instructions.size(); ++i) {
-    const Instruction& instruction = instructions[i];
-    if (const auto* run = std::get_if<VerbatimRun>(&instruction)) {
+  for (size_t i = 0; i < program.size(); ++i) {
+    if (const auto* run = std::get_if<VerbatimRun>(&program[i])) {
       // checkGap() already saw that the run starts within the body, not
       // before `pos`.
       if (run->length > body.size() - run->offset) return std::nullopt;
-      plan.steps.emplace_back(*run);
       pos = run->offset + run->length;
       if (!checkGap(i + 1)) return std::nullopt;
-    } else {
-      plan.steps.emplace_back(std::get<IncludeCall>(instruction));
     }
   }
+  plan.program = std::move(program);
   plan.length = body.size();
   return plan;
 }
@@ -139,7 +182,7 @@ bool PlanStore::record(std::string_view name, const ObjectId& id, Plan plan) {
   auto z = zones_.find(name);
   if (z == zones_.end()) return false;
   Zone& zone = z->second;
-  plan.steps.shrink_to_fit();
+  plan.program.shrink_to_fit();
   const size_t bytes = plan.bytes() + sizeof(ObjectId);
   if (bytes > zone.maxBytes) {
     ++zone.tooLarge;
@@ -217,7 +260,7 @@ nlohmann::json PlanStore::entries(std::string_view name, size_t limit) const {
                    {"date", id.date},
                    {"length", id.length},
                    {"header_size", id.headerSize},
-                   {"steps", entry.plan->steps.size()},
+                   {"steps", entry.plan->program.size() + entry.plan->checks.size()},
                    {"bytes", entry.bytes},
                    {"hits", entry.hits}});
   }

@@ -2,15 +2,19 @@
 // first cache hit that esid parses and replayed by the worker on later hits
 // without sending esid a byte of the page.
 //
-// A plan is the instruction list the parse produced (verbatim runs and
-// includes, in stream order) with a check before each construct: the
-// construct's first bytes, which the worker compares with the bytes that
-// actually arrive before it trusts the plan any further.  The store is
-// keyed on the object's identity (cache key MD5, Date, size, header size);
-// two objects can agree on all four, which is why replay never trusts the
-// key alone.  Each zone (esi_plan_zone) has a byte budget; the least
-// recently used plans make room, and a plan larger than the budget is not
-// recorded.
+// A plan keeps the page's program (engine/program.h: verbatim runs,
+// templates, includes, constructs, in stream order), not one request's
+// evaluation of it, so every hit is evaluated afresh with its own request
+// variables.  A check goes before each construct: its first bytes, which
+// the worker compares with the bytes that actually arrive before it trusts
+// the plan any further.  Evaluated, a plan skips what the request does not
+// choose; each such gap starts at a construct, so it starts with a check
+// (evaluate() keeps the checks that start a gap and drops the others).  The
+// store is keyed on the object's identity (cache key MD5, Date, size, header
+// size); two objects can agree on all four, which is why replay never
+// trusts the key alone.  Each zone (esi_plan_zone) has a byte budget; the
+// least recently used plans make room, and a plan larger than the budget is
+// not recorded.
 
 #pragma once
 
@@ -29,7 +33,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "engine/stream.h"
+#include "engine/program.h"
 
 namespace esi {
 
@@ -59,22 +63,31 @@ struct PlanCheck {
   std::string bytes;
 };
 
-using PlanStep = std::variant<VerbatimRun, IncludeCall, PlanCheck>;
+// What the worker replays (proto/esi.capnp PlanStep).
+using PlanStep = std::variant<VerbatimRun, IncludeCall, LiteralText, TryMark, PlanCheck>;
 
 struct Plan {
-  std::vector<PlanStep> steps;
+  std::vector<ProgramStep> program;
+  // checks[i] goes before program[checkBefore[i]] (or at the end); both
+  // ascending.
+  std::vector<PlanCheck> checks;
+  std::vector<size_t> checkBefore;
   uint64_t length = 0;  // body bytes the plan describes
 
   // Memory the plan holds, for the zone's budget.
   size_t bytes() const;
+
+  // The steps the worker replays for one request.
+  std::vector<PlanStep> evaluate(const PageAddress& page,
+                                 const RequestValues& values) const;
 };
 
-// The plan of a whole body from the instructions its parse produced, in
-// order, and the body itself: a check goes before each gap between verbatim
-// runs (a construct, or several), holding its first bytes (at most
-// PlanCheck::kMaxBytes).  Nullopt when the instructions do not fit the body
-// (a verbatim run going backwards or past its end): nothing to record.
-std::optional<Plan> buildPlan(const std::vector<Instruction>& instructions,
+// The plan of a whole body from the program its parse produced and the body
+// itself: a check goes before each gap between the program's verbatim runs
+// (a construct, or several), holding its first bytes (at most
+// PlanCheck::kMaxBytes).  Nullopt when the program does not fit the body (a
+// verbatim run going backwards or past its end): nothing to record.
+std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
                               std::string_view body);
 
 class PlanStore {
@@ -99,8 +112,8 @@ class PlanStore {
   // evictions, too_large.
   nlohmann::json zones() const;
   // One zone's entries, most recently used first, at most `limit`: key
-  // (hex), date, length, header_size, steps, bytes, hits.  Null when there
-  // is no such zone.
+  // (hex), date, length, header_size, steps (program steps and checks),
+  // bytes, hits.  Null when there is no such zone.
   nlohmann::json entries(std::string_view zone, size_t limit) const;
 
  private:

@@ -23,6 +23,9 @@ constexpr size_t kSpliceBudgetBytes = size_t{32} * 1024;
 constexpr size_t kMaxStreamsPerWorker = 65536;
 constexpr size_t kMaxOpenFieldBytes = size_t{16} * 1024;
 constexpr size_t kMaxKeyBytes = size_t{64} * 1024;
+// Open.vars: a request header value, longer than any NGINX takes by default
+// (esi_expr reads 8 KiB of each).
+constexpr size_t kMaxVarBytes = size_t{64} * 1024;
 // File names per Purged message: 256 KiB, well inside the smallest ring.
 constexpr size_t kFilesPerPurged = size_t{16} * 1024;
 // A body esid keeps whole while it records the body's plan; a longer one is
@@ -50,15 +53,63 @@ size_t instructionBytes(const Instruction& instruction) {
     return kFixed + call->path.size() + call->args.size() +
            call->altPath.size() + call->altArgs.size();
   }
+  if (auto* literal = std::get_if<LiteralText>(&instruction)) {
+    return kFixed + literal->bytes.size();
+  }
   return kFixed;
 }
 
-void setInclude(wire::Include::Builder include, const IncludeCall& call) {
+std::string textOf(capnp::Text::Reader text) { return std::string(text.cStr(), text.size()); }
+
+// Splice instructions and plan steps share these members.
+template <typename Builder>
+void encode(Builder builder, const VerbatimRun& run) {
+  auto verbatim = builder.initVerbatim();
+  verbatim.setOffset(run.offset);
+  verbatim.setLength(run.length);
+}
+
+template <typename Builder>
+void encode(Builder builder, const IncludeCall& call) {
+  auto include = builder.initInclude();
   include.setPath(call.path);
   include.setArgs(call.args);
   include.setAltPath(call.altPath);
   include.setAltArgs(call.altArgs);
   include.setContinueOnError(call.continueOnError);
+}
+
+template <typename Builder>
+void encode(Builder builder, const LiteralText& literal) {
+  builder.setLiteral(kj::arrayPtr(reinterpret_cast<const kj::byte*>(literal.bytes.data()),
+                                  literal.bytes.size()));
+}
+
+template <typename Builder>
+void encode(Builder builder, TryMark mark) {
+  switch (mark) {
+    case TryMark::START: builder.setTryStart(); break;
+    case TryMark::EXCEPT: builder.setTryExcept(); break;
+    case TryMark::END: builder.setTryEnd(); break;
+  }
+}
+
+void encode(wire::PlanStep::Builder builder, const PlanCheck& check) {
+  auto c = builder.initCheck();
+  c.setOffset(check.offset);
+  c.setBytes(kj::arrayPtr(reinterpret_cast<const kj::byte*>(check.bytes.data()),
+                          check.bytes.size()));
+}
+
+// Open.vars, each value bounded; nullopt when one is too long.
+std::optional<RequestValues> requestValues(wire::RequestVars::Reader vars) {
+  for (auto text : {vars.getHost(), vars.getUserAgent(), vars.getReferer(),
+                    vars.getAcceptLanguage(), vars.getQueryString(), vars.getCookies()}) {
+    if (tooLong(text, kMaxVarBytes)) return std::nullopt;
+  }
+  return RequestValues{textOf(vars.getHost()),           textOf(vars.getUserAgent()),
+                       textOf(vars.getReferer()),        textOf(vars.getAcceptLanguage()),
+                       textOf(vars.getQueryString()),    textOf(vars.getCookies())};
 }
 
 }  // namespace
@@ -315,6 +366,12 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
     violation("stream opened twice");
     return false;
   }
+  std::optional<RequestValues> values = requestValues(open.getVars());
+  if (!values) {
+    violation("open: a request variable longer than 64 KiB");
+    return false;
+  }
+  const PageAddress page{textOf(uri), textOf(authority)};
 
   std::optional<PlanKey> planKey;
   if (object.size() != 0) {
@@ -335,16 +392,17 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
       violation("open: a base offset without a failed plan");
       return false;
     } else if (auto plan = plans_.find(planKey->zone, planKey->id)) {
-      ++stats_.planned;
-      sendPlan(id, *plan);
-      return true;
+      if (sendPlan(id, *plan, page, *values)) {
+        ++stats_.planned;
+        return true;
+      }
+      planKey.reset();  // parse this body; the plan stays for other requests
     }
   }
 
   StreamEntry& entry = streams_[id];
-  entry.stream = std::make_unique<Stream>(std::string(uri.cStr(), uri.size()),
-                                          std::string(authority.cStr(), authority.size()),
-                                          stats_, open.getBase());
+  entry.stream = std::make_unique<Stream>(page.uri, page.authority, stats_, open.getBase());
+  entry.stream->setRequestValues(std::move(*values));
   ++stats_.streams;
   ++stats_.activeStreams;
   if (planKey) {
@@ -359,36 +417,33 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
 
 void WorkerSession::recordPlan(const PlanKey& key, const Stream& stream) {
   if (!stream.recording()) return;  // the body outgrew what a plan may keep
-  std::optional<Plan> plan = buildPlan(stream.recordedInstructions(), stream.recordedBody());
+  std::optional<Plan> plan = buildPlan(stream.recordedProgram(), stream.recordedBody());
   if (!plan) return;
   // A plan travels as one message: it must fit the ring with room to spare.
   if (plan->bytes() > esi_ring_max_payload(&rings_.responses()) / 2) return;
   plans_.record(key.zone, key.id, std::move(*plan));
 }
 
-void WorkerSession::sendPlan(uint32_t id, const Plan& plan) {
+bool WorkerSession::sendPlan(uint32_t id, const Plan& plan, const PageAddress& page,
+                             const RequestValues& values) {
+  const std::vector<PlanStep> steps = plan.evaluate(page, values);
   capnp::MallocMessageBuilder message;
   auto response = message.initRoot<wire::Response>();
   response.setStream(id);
   auto body = response.initPlan();
   body.setLength(plan.length);
-  auto steps = body.initSteps(static_cast<unsigned>(plan.steps.size()));
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const PlanStep& step = plan.steps[i];
-    if (auto* run = std::get_if<VerbatimRun>(&step)) {
-      auto verbatim = steps[i].initVerbatim();
-      verbatim.setOffset(run->offset);
-      verbatim.setLength(run->length);
-    } else if (auto* check = std::get_if<PlanCheck>(&step)) {
-      auto c = steps[i].initCheck();
-      c.setOffset(check->offset);
-      c.setBytes(kj::arrayPtr(reinterpret_cast<const kj::byte*>(check->bytes.data()),
-                              check->bytes.size()));
-    } else {
-      setInclude(steps[i].initInclude(), std::get<IncludeCall>(step));
-    }
+  auto list = body.initSteps(static_cast<unsigned>(steps.size()));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::visit([&](const auto& step) { encode(list[i], step); }, steps[i]);
+  }
+  // A plan travels as one message: with this request's values it must fit
+  // the ring with room to spare.
+  if (capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word) >
+      esi_ring_max_payload(&rings_.responses()) / 2) {
+    return false;
   }
   send(message);
+  return true;
 }
 
 bool WorkerSession::handleZone(wire::Zone::Reader zone) {
@@ -530,14 +585,8 @@ void WorkerSession::sendSplice(uint32_t id, StreamEntry& entry, bool last) {
     splice.setAnswered(final);
     auto list = splice.initInstructions(static_cast<unsigned>(count));
     for (size_t i = 0; i < count; ++i) {
-      const Instruction& instruction = instructions[next + i];
-      if (auto* run = std::get_if<VerbatimRun>(&instruction)) {
-        auto verbatim = list[i].initVerbatim();
-        verbatim.setOffset(run->offset);
-        verbatim.setLength(run->length);
-      } else {
-        setInclude(list[i].initInclude(), std::get<IncludeCall>(instruction));
-      }
+      std::visit([&](const auto& instruction) { encode(list[i], instruction); },
+                 instructions[next + i]);
     }
     send(message);
     next += count;

@@ -73,7 +73,9 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // reportsOnly: the stream is over; only zone and stored records count.
   bool handleRequest(const uint8_t* payload, uint32_t length, bool reportsOnly = false);
   bool handleOpen(uint32_t id, wire::Open::Reader open);
-  void sendPlan(uint32_t id, const Plan& plan);
+  // False when the plan, evaluated for this request, is too large to send.
+  bool sendPlan(uint32_t id, const Plan& plan, const PageAddress& page,
+                const RequestValues& values);
   void recordPlan(const PlanKey& key, const Stream& stream);
   bool handleZone(wire::Zone::Reader zone);
   bool handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done);

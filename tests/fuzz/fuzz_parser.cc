@@ -2,7 +2,10 @@
 // when fed the whole page at once, and keep its streaming promises on the way
 // (parser.h): verbatim ranges ascend, lie within the bytes fed and never below
 // a released() already observed; released() never goes back nor past the
-// bytes fed, and trails them by no more than a held tag.
+// bytes fed, and trails them by no more than a held tag.  References and
+// constructs are reported as they are met, the same whatever the chunks;
+// constructs are always well nested and in their places, at most
+// kMaxBlockDepth deep, and all closed by the end.
 //
 // Input: 8 bytes of header, then the page.
 //   byte 0       bits 0-1: ParserLimits::maxTagBytes (8192, 16, 64, 512)
@@ -57,6 +60,7 @@ class Assembler final : public ParserSink {
     parser_.finish();
     FUZZ_CHECK(parser_.released() >= released_);
     FUZZ_CHECK(parser_.released() == fed_);
+    FUZZ_CHECK(blocks_.empty());
     return std::move(result_);
   }
 
@@ -82,6 +86,39 @@ class Assembler final : public ParserSink {
                          std::string(src) + std::string(alt) + "\x01";
   }
 
+  void reference(std::string_view text) override {
+    FUZZ_CHECK(text.size() >= 4 && text.starts_with("$(") && text.ends_with(")"));
+    FUZZ_CHECK(text.size() <= limits_.maxTagBytes);
+    FUZZ_CHECK(text.find('<') == std::string_view::npos);
+    result_.assembled += "\x01ref " + std::to_string(text.size()) + " " +
+                         std::string(text) + "\x01";
+  }
+
+  void open(Block block, std::string_view test) override {
+    const bool inChoose = !blocks_.empty() && blocks_.back() == Block::CHOOSE;
+    const bool inTry = !blocks_.empty() && blocks_.back() == Block::TRY;
+    switch (block) {
+      case Block::WHEN:
+      case Block::OTHERWISE: FUZZ_CHECK(inChoose); break;
+      case Block::ATTEMPT:
+      case Block::EXCEPT: FUZZ_CHECK(inTry); break;
+      case Block::CHOOSE:
+      case Block::TRY: break;
+    }
+    FUZZ_CHECK(block == Block::WHEN || test.empty());
+    FUZZ_CHECK(blocks_.size() < kMaxBlockDepth);
+    blocks_.push_back(block);
+    result_.assembled += "\x01open " + std::string(nameOf(block)) + " " +
+                         std::to_string(test.size()) + " " + std::string(test) +
+                         "\x01";
+  }
+
+  void close(Block block) override {
+    FUZZ_CHECK(!blocks_.empty() && blocks_.back() == block);
+    blocks_.pop_back();
+    result_.assembled += "\x01close " + std::string(nameOf(block)) + "\x01";
+  }
+
   void warning(uint64_t offset, std::string_view what) override {
     FUZZ_CHECK(offset <= fed_);
     FUZZ_CHECK(!what.empty());
@@ -96,6 +133,7 @@ class Assembler final : public ParserSink {
   uint64_t verbatimEnd_ = 0;
   uint64_t lastOffset_ = 0;
   bool anyVerbatim_ = false;
+  std::vector<Block> blocks_;
   Parse result_;
   Parser parser_;
 };

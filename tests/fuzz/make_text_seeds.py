@@ -39,6 +39,14 @@ PAGES = {
                  b"<esi:remove><a href=\"/nojs\">x</a></esi:remove>"
                  b"<!--esi <p><esi:include src=\"/cart\"/></p> -->"
                  b"</body></html>\n",
+    "vars-references": b"<esi:vars>$(HTTP_COOKIE{a)b}|'x)\\'y') $(document) "
+                       b"$(A<b>$$(QUERY_STRING{q}|bare)<!--esi $(HTTP_HOST) -->"
+                       b"$(A|'" + b"x" * 40 + b"')</esi:vars>$(HTTP_HOST)",
+    "vars-when-try": b"<esi:choose>x<esi:when test=\"$(HTTP_COOKIE{g})=='a' &amp; 1\">"
+                     b"<esi:try><esi:attempt><esi:include src=\"/$(QUERY_STRING{p})\"/>"
+                     b"</esi:attempt><esi:except>e</esi:except></esi:try></esi:when>"
+                     b"<esi:otherwise/><esi:when test>w</esi:choose></esi:attempt>"
+                     b"<esi:try><esi:except>1<esi:attempt>2",
 }
 
 # byte 0: limits (bits 0-1) and byte by byte (bit 2); bytes 1-7: chunk seed
