@@ -555,6 +555,8 @@ static char *ngx_http_esi_plan_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static ngx_int_t ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_filter_init(ngx_conf_t *cf);
 
@@ -692,9 +694,9 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
 
     { ngx_string("esi_cookies"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
-      ngx_conf_set_str_array_slot,
+      ngx_http_esi_cookies_conf,
       NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_esi_loc_conf_t, cookies),
+      0,
       NULL },
 
     { ngx_string("esi_surrogate"),
@@ -3868,13 +3870,7 @@ ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names, u_char *dst)
     }
 
     name = names->elts;
-    all = 0;
-
-    for (k = 0; k < names->nelts; k++) {
-        if (name[k].len == 1 && name[k].data[0] == '*') {
-            all = 1;
-        }
-    }
+    all = (name[0].len == 1 && name[0].data[0] == '*');
 
     h = r->main->headers_in.cookies.elts;
     len = 0;
@@ -7170,6 +7166,48 @@ ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                        &value[1]);
 
     return NGX_CONF_ERROR;
+}
+
+
+/* esi_cookies name ...: a "*" among them stands alone, for all */
+
+static char *
+ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_esi_loc_conf_t *elcf = conf;
+
+    ngx_str_t   *value, *name;
+    ngx_uint_t   i;
+
+    if (elcf->cookies != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    elcf->cookies = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                     sizeof(ngx_str_t));
+    if (elcf->cookies == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        if (value[i].len == 1 && value[i].data[0] == '*') {
+            elcf->cookies->nelts = 0;
+            name = ngx_array_push(elcf->cookies);
+            *name = value[i];
+            return NGX_CONF_OK;
+        }
+
+        name = ngx_array_push(elcf->cookies);
+        if (name == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *name = value[i];
+    }
+
+    return NGX_CONF_OK;
 }
 
 

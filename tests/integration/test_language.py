@@ -161,6 +161,7 @@ class RequestVariablesTest(LanguageTestCase):
 
 class HostileValueTest(LanguageTestCase):
     """A value is text wherever it lands: never markup, never a header."""
+    SERVER = "large_client_header_buffers 4 32k;"
 
     def test_markup_in_a_cookie_is_escaped_not_parsed(self):
         self.assertEqual(
@@ -351,7 +352,10 @@ class TryPageSizeTest(LanguageTestCase):
 class TryFaultTest(LanguageTestCase):
     """Nothing leaks or hangs when an attempt is cut short."""
 
-    PAGE = "a" + attempt("1" + include("/esi/hold") + "2") + "b"
+    # the tail keeps the stream open (its buffers are held behind the
+    # include) until esid is gone
+    PAGE = ("a" + attempt("1" + include("/esi/hold") + "2") + "b"
+            + "<p>tail</p>" * 20000)
 
     def setUp(self):
         super().setUp()
