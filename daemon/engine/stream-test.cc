@@ -171,5 +171,53 @@ TEST(Stream, IncludeSrcAndAltTakeVariables) {
             "[I /u/42/p?l=en%20GB alt /dir/42.html]");
 }
 
+// --- Streaming ---------------------------------------------------------------
+
+const char ALL_CONSTRUCTS[] =
+    "<html><esi:vars><p>Hi $(HTTP_COOKIE{name}|'you'), $(QUERY_STRING{q})</p></esi:vars>\n"
+    "<esi:choose><esi:when test=\"$(HTTP_COOKIE{group})=='a' | "
+    "$(HTTP_ACCEPT_LANGUAGE{da})\">A<esi:include src=\"/a/$(HTTP_COOKIE{name})\"/>"
+    "</esi:when><esi:when test=\"$(HTTP_USER_AGENT{os})=='WIN'\">W</esi:when>"
+    "<esi:otherwise><esi:try><esi:attempt>T<esi:include src=\"t?q=$(QUERY_STRING{q})\" "
+    "alt=\"/alt\"/></esi:attempt><esi:except>E</esi:except></esi:try></esi:otherwise>"
+    "</esi:choose><!--esi <esi:vars>$(HTTP_HOST)</esi:vars> --><esi:remove>r</esi:remove>"
+    "</html>";
+
+TEST(Stream, PageWithEveryConstructGivesTheSameOutputForEveryChunkSplit) {
+  RequestValues first = cookies("name=Ann; group=a");
+  first.host = "example.com";
+  RequestValues second;
+  second.queryString = "q=x%20y";
+  second.acceptLanguage = "en";
+  const std::string page = ALL_CONSTRUCTS;
+  const std::string expectFirst =
+      "<html><p>Hi Ann, </p>\nA[I /a/Ann] example.com </html>";
+  const std::string expectSecond =
+      "<html><p>Hi you, x y</p>\n[tryT[I /dir/t?q=x%20y alt /alt]|except|E]  </html>";
+  ASSERT_EQ(parse(page, first), expectFirst);
+  ASSERT_EQ(parse(page, second), expectSecond);
+  for (size_t cut = 1; cut < page.size(); ++cut) {
+    SCOPED_TRACE("cut at " + std::to_string(cut));
+    EXPECT_EQ(parse(page, first, {cut}), expectFirst);
+    EXPECT_EQ(parse(page, second, {cut}), expectSecond);
+  }
+  std::vector<size_t> everyByte;
+  for (size_t cut = 1; cut < page.size(); ++cut) everyByte.push_back(cut);
+  EXPECT_EQ(parse(page, first, everyByte), expectFirst);
+  EXPECT_EQ(parse(page, second, everyByte), expectSecond);
+}
+
+TEST(Stream, ChosenBranchGoesOutAsItArrives) {
+  // The when's content goes out as it arrives: nothing waits for the end of
+  // the choose.
+  Stats stats;
+  Stream stream("/", "example.com", stats);
+  stream.feed("<esi:choose><esi:when test='1'>abc");
+  const auto instructions = stream.takeInstructions();
+  ASSERT_EQ(instructions.size(), 1u);
+  EXPECT_EQ(std::get<VerbatimRun>(instructions[0]).offset, 31u);
+  EXPECT_EQ(stream.released(), 34u);
+}
+
 }  // namespace
 }  // namespace esi

@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/stream.h"
 #include "plans/plan_store.h"
 
 namespace esi {
@@ -158,6 +160,149 @@ TEST(BuildPlan, IncludeInAnEmptyBodyHasNoCheck) {
   std::optional<Plan> plan = buildPlan({I("/x")}, "");
   ASSERT_TRUE(plan);
   EXPECT_EQ(describe(*plan), (std::vector<std::string>{"I(/x)"}));
+}
+
+// --- Plans of pages with variables and constructs -----------------------------
+
+// Why the worker would refuse these steps (ngx_http_esi_plan's rules: runs
+// ascend within the body, and every byte skipped and every include follows
+// a check at the current position), or "".
+std::string workerRefuses(const std::vector<PlanStep>& steps, uint64_t length) {
+  uint64_t pos = 0;
+  bool checked = false;  // a check at pos since the last run
+  for (const PlanStep& step : steps) {
+    if (const auto* run = std::get_if<VerbatimRun>(&step)) {
+      if (run->offset < pos || (run->offset > pos && !checked) || run->offset > length ||
+          run->length > length - run->offset) {
+        return "run " + describe(step) + " at " + std::to_string(pos);
+      }
+      pos = run->offset + run->length;
+      checked = false;
+    } else if (const auto* check = std::get_if<PlanCheck>(&step)) {
+      if (check->offset != pos || check->bytes.empty() ||
+          check->bytes.size() > PlanCheck::kMaxBytes || check->bytes.size() > length - pos) {
+        return "check " + describe(step) + " at " + std::to_string(pos);
+      }
+      checked = true;
+    } else if (std::holds_alternative<IncludeCall>(step) && !checked) {
+      return describe(step) + " without a check at " + std::to_string(pos);
+    }
+  }
+  if (pos < length && !checked) return "end skipped without a check at " + std::to_string(pos);
+  return "";
+}
+
+struct Parsed {
+  std::vector<Instruction> instructions;
+  std::optional<Plan> plan;
+};
+
+// The body parsed by a stream, as for a first hit with these values.
+Parsed parse(std::string_view body, const RequestValues& values) {
+  Stats stats;
+  Stream stream(kPage.uri, kPage.authority, stats);
+  stream.setRequestValues(values);
+  stream.record(1 << 20);
+  stream.feed(body);
+  stream.finish();
+  Parsed parsed;
+  parsed.instructions = stream.takeInstructions();
+  parsed.plan = buildPlan(stream.recordedProgram(), stream.recordedBody());
+  return parsed;
+}
+
+// The plan's steps less its checks, as splice instructions.
+std::vector<std::string> withoutChecks(const std::vector<PlanStep>& steps) {
+  std::vector<std::string> out;
+  for (const PlanStep& step : steps) {
+    if (!std::holds_alternative<PlanCheck>(step)) out.push_back(describe(step));
+  }
+  return out;
+}
+
+std::vector<std::string> described(const std::vector<Instruction>& instructions) {
+  std::vector<std::string> out;
+  for (const Instruction& instruction : instructions) {
+    std::visit([&](const auto& i) { out.push_back(describe(PlanStep(i))); }, instruction);
+  }
+  return out;
+}
+
+RequestValues withCookie(std::string cookie) {
+  RequestValues values;
+  values.cookies = std::move(cookie);
+  return values;
+}
+
+TEST(PlanEvaluation, OnePlanServesTwoRequestsEachItsOwnOutput) {
+  const std::string body =
+      "a<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})=='x'\">X</esi:when>"
+      "<esi:otherwise>O<esi:include src=\"/o/$(HTTP_COOKIE{id}|anon)\"/></esi:otherwise>"
+      "</esi:choose><esi:vars>$(HTTP_COOKIE{id})</esi:vars>z";
+  const Parsed first = parse(body, withCookie("g=x; id=1"));
+  ASSERT_TRUE(first.plan);
+
+  EXPECT_EQ(describe(*first.plan, withCookie("g=x; id=1")),
+            (std::vector<std::string>{"V(0,1)", "C(1,<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})"
+                                      "=='x'\">)", "V(53,1)", "C(54,</esi:when><esi:otherwise>)",
+                                      "L(1)", "V(196,1)"}));
+  EXPECT_EQ(describe(*first.plan, withCookie("id=2")),
+            (std::vector<std::string>{"V(0,1)", "C(1,<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})"
+                                      "=='x'\">)", "V(80,1)",
+                                      "C(81,<esi:include src=\"/o/$(HTTP_COOKIE{id}|anon)\"/>"
+                                      "</esi:otherwise></esi:choose><esi:vars>$(HTTP_COOKIE{id})"
+                                      "</esi:vars>)", "I(/o/2)", "L(2)", "V(196,1)"}));
+  EXPECT_EQ(describe(*first.plan), (std::vector<std::string>{
+                                       "V(0,1)", "C(1,<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})"
+                                       "=='x'\">)", "V(80,1)",
+                                       "C(81,<esi:include src=\"/o/$(HTTP_COOKIE{id}|anon)\"/>"
+                                       "</esi:otherwise></esi:choose><esi:vars>$(HTTP_COOKIE{id})"
+                                       "</esi:vars>)", "I(/o/anon)", "V(196,1)"}));
+}
+
+TEST(PlanEvaluation, TryInPlanKeepsItsMarkers) {
+  const std::string body =
+      "<esi:try><esi:attempt><esi:include src=\"/a\"/></esi:attempt>"
+      "<esi:except>e</esi:except></esi:try>.";
+  const Parsed parsed = parse(body, {});
+  ASSERT_TRUE(parsed.plan);
+  EXPECT_EQ(withoutChecks(parsed.plan->evaluate(kPage, {})),
+            (std::vector<std::string>{"T+", "I(/a)", "T!", "V(71,1)", "T.", "V(95,1)"}));
+  EXPECT_EQ(workerRefuses(parsed.plan->evaluate(kPage, {}), body.size()), "");
+}
+
+// Random pages of every construct, each planned once and evaluated for
+// several requests: the worker accepts every evaluation, and it says what
+// parsing the page for that request says.
+TEST(PlanEvaluation, EveryEvaluationIsAcceptedByTheWorkerAndMatchesAParse) {
+  const std::vector<std::string> pieces = {
+      "text", "<esi:choose>", "</esi:choose>", "<esi:when test=\"$(HTTP_COOKIE{a})=='1'\">",
+      "<esi:when test=\"$(HTTP_COOKIE{b})\">", "<esi:when test=\"bad\">", "</esi:when>",
+      "<esi:otherwise>", "</esi:otherwise>", "<esi:try>", "</esi:try>", "<esi:attempt>",
+      "</esi:attempt>", "<esi:except>", "</esi:except>", "<esi:vars>", "</esi:vars>",
+      "$(HTTP_COOKIE{a})", "$(HTTP_COOKIE{b}|'d')", "<esi:include src=\"/i/$(HTTP_COOKIE{a})\"/>",
+      "<esi:include src=\"/fixed\"/>", "<esi:remove>x</esi:remove>", "<!--esi e-->", "<",
+      "$", "\n",
+  };
+  const std::vector<RequestValues> requests = {
+      {}, withCookie("a=1"), withCookie("b=yes"), withCookie("a=1; b=0"), withCookie("a=../x")};
+  std::mt19937 random(9);
+  for (int iteration = 0; iteration < 1500; ++iteration) {
+    std::string body;
+    const int count = std::uniform_int_distribution<>(1, 30)(random);
+    for (int i = 0; i < count; ++i) {
+      body += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(random)];
+    }
+    SCOPED_TRACE(body);
+    const Parsed recorded = parse(body, requests[iteration % requests.size()]);
+    ASSERT_TRUE(recorded.plan);
+    for (const RequestValues& request : requests) {
+      SCOPED_TRACE(request.cookies);
+      const std::vector<PlanStep> steps = recorded.plan->evaluate(kPage, request);
+      ASSERT_EQ(workerRefuses(steps, body.size()), "");
+      ASSERT_EQ(withoutChecks(steps), described(parse(body, request).instructions));
+    }
+  }
 }
 
 // --- ObjectId -----------------------------------------------------------------

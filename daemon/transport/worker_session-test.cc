@@ -69,19 +69,30 @@ class TestWorker {
     for (int fd : fds) if (fd >= 0) close(fd);
   }
 
-  void open(uint32_t stream, const std::string& uri, const std::string& authority) {
+  void open(uint32_t stream, const std::string& uri, const std::string& authority,
+            const std::string& cookies = "") {
     send(stream, ESI_WIRE_REQUEST_OPEN_WHICH, [&](esi_wire_out_t* req) {
       esi_wire_out_t o;
       esi_wire_set_struct(req, ESI_WIRE_REQUEST_OPEN_PTR, ESI_WIRE_OPEN_DATA_WORDS,
                           ESI_WIRE_OPEN_POINTERS, &o);
       esi_wire_set_text(&o, ESI_WIRE_OPEN_URI_PTR, uri.data(), uri.size());
       esi_wire_set_text(&o, ESI_WIRE_OPEN_AUTHORITY_PTR, authority.data(), authority.size());
+      setCookies(&o, cookies);
     });
+  }
+
+  // Open.vars with only cookies.
+  static void setCookies(esi_wire_out_t* open, const std::string& cookies) {
+    if (cookies.empty()) return;
+    esi_wire_out_t vars;
+    esi_wire_set_struct(open, ESI_WIRE_OPEN_VARS_PTR, ESI_WIRE_REQUEST_VARS_DATA_WORDS,
+                        ESI_WIRE_REQUEST_VARS_POINTERS, &vars);
+    esi_wire_set_text(&vars, ESI_WIRE_REQUEST_VARS_COOKIES_PTR, cookies.data(), cookies.size());
   }
 
   // An open for a cache hit in plan zone "plans".
   void openCached(uint32_t stream, const std::string& object, uint64_t base = 0,
-                  bool planFailed = false) {
+                  bool planFailed = false, const std::string& cookies = "") {
     send(stream, ESI_WIRE_REQUEST_OPEN_WHICH, [&](esi_wire_out_t* req) {
       esi_wire_out_t o;
       esi_wire_set_struct(req, ESI_WIRE_REQUEST_OPEN_PTR, ESI_WIRE_OPEN_DATA_WORDS,
@@ -94,6 +105,7 @@ class TestWorker {
       esi_wire_set_u64(&o, ESI_WIRE_OPEN_PLAN_ZONE_BYTES_OFFSET, 1 << 20);
       esi_wire_set_u64(&o, ESI_WIRE_OPEN_BASE_OFFSET, base);
       esi_wire_set_bool(&o, ESI_WIRE_OPEN_PLAN_FAILED_BIT, planFailed);
+      setCookies(&o, cookies);
     });
   }
 
@@ -194,6 +206,19 @@ class TestWorker {
           const uint32_t n = esi_wire_u32(&item, ESI_WIRE_INSTRUCTION_VERBATIM_LENGTH_OFFSET);
           ASSERT_LE(off + n, sent_.size());
           received.assembled += sent_.substr(off, n);
+        } else if (esi_wire_u16(&item, ESI_WIRE_INSTRUCTION_WHICH_OFFSET) ==
+                   ESI_WIRE_INSTRUCTION_LITERAL_WHICH) {
+          const uint8_t* bytes;
+          size_t n;
+          ASSERT_EQ(esi_wire_get_data(&item, ESI_WIRE_INSTRUCTION_LITERAL_PTR, &bytes, &n), 0);
+          received.assembled += std::string(reinterpret_cast<const char*>(bytes), n);
+        } else if (esi_wire_u16(&item, ESI_WIRE_INSTRUCTION_WHICH_OFFSET) >=
+                   ESI_WIRE_INSTRUCTION_TRY_START_WHICH) {
+          received.assembled += "{}|"[esi_wire_u16(&item, ESI_WIRE_INSTRUCTION_WHICH_OFFSET) -
+                                      ESI_WIRE_INSTRUCTION_TRY_START_WHICH == 0   ? 0
+                                  : esi_wire_u16(&item, ESI_WIRE_INSTRUCTION_WHICH_OFFSET) ==
+                                          ESI_WIRE_INSTRUCTION_TRY_EXCEPT_WHICH ? 2
+                                                                               : 1];
         } else {
           ASSERT_EQ(esi_wire_get_struct(&item, ESI_WIRE_INSTRUCTION_INCLUDE_PTR, &include), 0);
           const char *path, *args;
@@ -231,6 +256,16 @@ class TestWorker {
               std::string(reinterpret_cast<const char*>(bytes), n);
           break;
         }
+        case ESI_WIRE_PLAN_STEP_LITERAL_WHICH: {
+          const uint8_t* bytes;
+          size_t n;
+          ASSERT_EQ(esi_wire_get_data(&step, ESI_WIRE_PLAN_STEP_LITERAL_PTR, &bytes, &n), 0);
+          received.plan += "L" + std::string(reinterpret_cast<const char*>(bytes), n);
+          break;
+        }
+        case ESI_WIRE_PLAN_STEP_TRY_START_WHICH: received.plan += "T+"; break;
+        case ESI_WIRE_PLAN_STEP_TRY_EXCEPT_WHICH: received.plan += "T!"; break;
+        case ESI_WIRE_PLAN_STEP_TRY_END_WHICH: received.plan += "T."; break;
         default: {
           const char* path;
           size_t n;
@@ -254,7 +289,8 @@ class TestWorker {
  private:
   template <typename Fill>
   void send(uint32_t stream, uint16_t which, Fill fill) {
-    std::vector<uint64_t> buf(64 + sent_.size() / 8);
+    // Room for the body so far and for request variables up to 72 KiB.
+    std::vector<uint64_t> buf(64 + sent_.size() / 8 + 9 * 1024);
     esi_wire_builder_t b;
     esi_wire_builder_init(&b, buf.data(), buf.size() * 8);
     esi_wire_out_t req;
@@ -403,6 +439,49 @@ TEST_F(WorkerSessionTest, FirstHitRecordsThePlanAndTheNextHitGetsIt) {
   EXPECT_EQ(worker_->received.planLength, 27u);
   EXPECT_EQ(stats_.planned, 1u);
   EXPECT_EQ(stats_.activeStreams, 0u);  // nothing more comes for stream 2
+}
+
+TEST_F(WorkerSessionTest, VarsLiteralsAndTryMarkersTravelInSplices) {
+  worker_->open(1, "/", "example.com", "id=<7>; other=x");
+  worker_->body(1, "<esi:vars>[$(HTTP_COOKIE{id})]</esi:vars><esi:try><esi:attempt>a"
+                   "</esi:attempt><esi:except>e</esi:except></esi:try>");
+  worker_->end(1);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(worker_->received.assembled, "[&lt;7&gt;]{a|e}");
+}
+
+TEST_F(WorkerSessionTest, OnePlanIsEvaluatedForEachHitsOwnCookies) {
+  const std::string page =
+      "<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})=='a'\">A</esi:when>"
+      "<esi:otherwise><esi:include src=\"/o/$(HTTP_COOKIE{id})\"/></esi:otherwise>"
+      "</esi:choose>";
+  worker_->openCached(1, kObject, 0, false, "g=a");
+  worker_->body(1, page);
+  worker_->end(1);
+  serve();
+  EXPECT_EQ(worker_->received.assembled, "A");
+
+  worker_->openCached(2, kObject, 0, false, "g=a");
+  serve();
+  EXPECT_EQ(worker_->received.plan,
+            "C0:<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})=='a'\"> V52+1 "
+            "C53:</esi:when><esi:otherwise><esi:include src=\"/o/$(HTTP_COOKIE{id})\"/>"
+            "</esi:otherwise></esi:choose>");
+  worker_->received.plan.clear();
+  worker_->openCached(3, kObject, 0, false, "id=7");
+  serve();
+  EXPECT_EQ(worker_->received.plan,
+            "C0:<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})=='a'\"> I/o/7");
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(stats_.planned, 2u);
+}
+
+TEST_F(WorkerSessionTest, ARequestVariableLongerThan64KiBEndsTheSession) {
+  worker_->open(1, "/", "h", "a=" + std::string(64 * 1024, 'x'));
+  serve();
+  ASSERT_TRUE(fatal_);
+  EXPECT_NE(fatal_->find("request variable"), std::string::npos);
 }
 
 TEST_F(WorkerSessionTest, AFailedPlanIsForgottenAndTheRestParsedFromItsBase) {
