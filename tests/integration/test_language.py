@@ -329,6 +329,42 @@ class TryTest(LanguageTestCase):
             b"a(" + ERROR_MARKER + b")b")
 
 
+    def test_a_try_in_a_fragment_held_by_an_attempt_decides_alone(self):
+        self.origin.route("/esi/frag",
+                          "<" + attempt(include("/esi/missing"), "F") + ">")
+        self.assertEqual(
+            self.render("a" + attempt(include("/esi/frag")) + "b"),
+            b"a<F>b")
+
+    def test_an_attempt_behind_a_slow_concurrent_include_keeps_order(self):
+        # /esi/slow is issued at once and holds the connection's output;
+        # the attempt's includes run and complete behind it
+        released = self.origin.hold("/esi/slow")
+        self.origin.route("/esi/slow", "S")
+        self.origin.route("/page", "<" + include("/esi/slow")
+                          + attempt(include("/esi/x") + include("/esi/y"))
+                          + ">")
+        self.start()
+        result = []
+        client = threading.Thread(
+            target=lambda: result.append(self.fetch("/page")))
+        client.start()
+        try:
+            self.assertTrue(self.origin.wait_for_hits("/esi/y"))
+        finally:
+            released.set()
+            client.join(60)
+        self.assertEqual(result[0].body, b"<SXY>")
+
+    def test_tries_nested_past_the_limit_never_break_the_connection(self):
+        markup = "a" + "<esi:try><esi:attempt>" * 70 + include("/esi/x") + \
+            "</esi:attempt><esi:except>E</esi:except></esi:try>" * 70 + "b"
+        body = self.render(markup)
+        self.assertTrue(body.startswith(b"a") and body.endswith(b"b"), body)
+        self.assertEqual(self.esi_status(1), "processed")
+        self.assertNotIn("dropping the connection", self.error_log())
+
+
 class SilentTryTest(LanguageTestCase):
     LOCATION = "esi_silent_errors on;"
 
@@ -418,6 +454,21 @@ class PlannedLanguageTest(PlanTestCase):
             self.assertEqual(hdrs.get("X-Cache-Status"), "HIT")
             self.assertEqual(body, (expected + filler).encode(), headers)
         self.assertEqual(self.counters()[0], before + len(cases))
+
+    def test_a_plan_that_stops_matching_inside_a_try_falls_back(self):
+        # the include is checked inside the attempt: esid cannot parse from
+        # there, so the body passes through from where execution stood
+        # (the page is one buffer: nothing of the plan had run yet)
+        head = "a" + "<esi:try><esi:attempt>" + "x" * 300
+        tail = ('<esi:include src="/esi/a"/></esi:attempt>'
+                '<esi:except>E</esi:except></esi:try>b')
+        self.origin.route("/p", head + tail)
+        self.hit("/p", "a" + "x" * 300 + "Ab", "MISS")
+        self.hit("/p", "a" + "x" * 300 + "Ab")
+        self.rewrite_cached_body('src="/esi/a"', 'src="/esi/b"')
+        self.hit("/p", (head + tail).replace("/esi/a", "/esi/b"))
+        self.assertIn("inside a try", self.error_log())
+        self.assertEqual(self.esi_status(3), "passthrough")
 
     def test_a_planned_try_still_fails_over_per_request(self):
         # the fragment's fate is decided per delivery, not memoised
