@@ -9,6 +9,7 @@ with proxy_cache and `esi on`; `location /esi/` proxies it uncached with
 `esi on`.
 """
 
+import http.client
 import socket
 import threading
 import unittest
@@ -79,6 +80,19 @@ class CookieTest(LanguageTestCase):
             self.vars("$(HTTP_COOKIE{user})/$(HTTP_COOKIE{group})",
                       {"Cookie": "secret=s3;user=ann ;  group=gold"}),
             b"[ann/gold]")
+
+    def test_cookies_of_several_headers_are_read_together(self):
+        # as HTTP/2 clients send them: one Cookie header per cookie
+        self.origin.route("/page", VARS % "$(HTTP_COOKIE{user})/"
+                          "$(HTTP_COOKIE{group})")
+        self.start()
+        with socket.create_connection(("127.0.0.1", self.port)) as conn:
+            conn.sendall(b"GET /page HTTP/1.1\r\nHost: x\r\n"
+                         b"Cookie: user=ann\r\nCookie: group=gold\r\n"
+                         b"Connection: close\r\n\r\n")
+            response = http.client.HTTPResponse(conn)
+            response.begin()
+            self.assertEqual(response.read(), b"[ann/gold]")
 
     def test_without_a_cookie_header_the_default_applies(self):
         self.assertEqual(self.vars("$(HTTP_COOKIE{user}|'new user')"),
