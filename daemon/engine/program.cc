@@ -138,8 +138,11 @@ void Evaluator::open(const BlockOpen& step, std::vector<Instruction>& out) {
     case Block::WHEN:
     case Block::OTHERWISE: {
       // The parser puts branches directly inside their choose.
-      bool chosen = parent != nullptr && parent->context && !parent->decided &&
-                    (step.block == Block::OTHERWISE || step.test.evaluate(variables()));
+      static const RequestVariables none;
+      const bool chosen =
+          parent != nullptr && parent->context && !parent->decided &&
+          (step.block == Block::OTHERWISE ||
+           step.test.evaluate(step.testReadsRequest ? variables() : none));
       if (chosen) parent->decided = true;
       frames_.push_back({step.block, chosen, chosen});
       return;

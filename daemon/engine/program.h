@@ -19,7 +19,8 @@
 //     at <esi:except> (or at </esi:try> when there is none), tryEnd at
 //     </esi:try>: the connector holds the attempt's output and decides.
 // A test is evaluated only when its choose is chosen and no branch before it
-// was; request variables are built only when a value or test is needed.
+// was; request variables are built only when a value, an include or a test
+// that names a variable is evaluated.
 
 #pragma once
 
@@ -102,7 +103,8 @@ struct IncludeStep {
 
 struct BlockOpen {
   Block block;
-  Expression test;  // WHEN only
+  Expression test;            // WHEN only
+  bool testReadsRequest = false;  // it names a variable
 };
 
 struct BlockClose {
@@ -144,6 +146,9 @@ class Evaluator {
  public:
   // page and values must outlive the evaluator.
   Evaluator(const PageAddress& page, const RequestValues& values);
+  Evaluator(PageAddress&&, const RequestValues&) = delete;
+  Evaluator(const PageAddress&, RequestValues&&) = delete;
+  Evaluator(PageAddress&&, RequestValues&&) = delete;
   Evaluator(const Evaluator&) = delete;
   Evaluator& operator=(const Evaluator&) = delete;
 

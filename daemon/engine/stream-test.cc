@@ -131,6 +131,22 @@ TEST(Stream, MalformedTestIsFalse) {
             "b");
 }
 
+TEST(Stream, MalformedTestIsCountedWhenParsedAndStaysFalseInAPlan) {
+  Stats stats;
+  Stream stream("/", "example.com", stats);
+  stream.record(1024);
+  stream.feed("<esi:choose><esi:when test=\"a == 'b'\">a</esi:when></esi:choose>");
+  stream.finish();
+  EXPECT_EQ(stats.warnings, 1u);
+  // A plan keeps the compiled test (and logs nothing when it evaluates it).
+  const PageAddress page{"/", "example.com"};
+  const RequestValues values;
+  Evaluator evaluator(page, values);
+  std::vector<Instruction> out;
+  for (const ProgramStep& step : stream.recordedProgram()) evaluator.step(step, out);
+  EXPECT_TRUE(out.empty());
+}
+
 TEST(Stream, TryMarksItsAttemptAndExcept) {
   EXPECT_EQ(parse("<esi:try>x<esi:attempt>a<esi:include src=\"/a\"/></esi:attempt>y"
                   "<esi:except>e<esi:include src=\"/e\"/></esi:except>z</esi:try>",

@@ -15,6 +15,24 @@ void Stream::record(size_t maxBytes) {
   maxRecordBytes_ = maxBytes;
 }
 
+bool Stream::resumeInside(const std::vector<ProgramStep>& before) {
+  std::vector<Instruction> replayed;  // the connector has them already
+  unsigned tries = 0;
+  for (const ProgramStep& step : before) {
+    if (const auto* open = std::get_if<BlockOpen>(&step)) {
+      parser_.replay(open->block, true);
+      tries += open->block == Block::TRY;
+    } else if (const auto* close = std::get_if<BlockClose>(&step)) {
+      parser_.replay(close->block, false);
+      tries -= close->block == Block::TRY;
+    } else {
+      continue;
+    }
+    evaluator_.step(step, replayed);
+  }
+  return tries == 0;
+}
+
 void Stream::feed(std::string_view bytes) {
   stats_.bytes += bytes.size();
   if (recording_) {
@@ -100,6 +118,7 @@ void Stream::open(Block block, std::string_view test) {
   BlockOpen step{block, {}};
   if (block == Block::WHEN) {
     step.test = Expression::compile(test);
+    step.testReadsRequest = !step.test.uses().empty();
     if (!step.test.ok()) {
       // Once per parse: a plan keeps the compiled test and logs nothing.
       ++stats_.warnings;

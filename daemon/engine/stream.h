@@ -26,6 +26,13 @@ class Stream final : private ParserSink {
   // What the request's variables read; before the first feed().
   void setRequestValues(RequestValues values) { values_ = std::move(values); }
 
+  // The parse starts inside the constructs the steps before base leave
+  // open (a plan's, whose replay stopped at base): each is replayed into the
+  // parser and evaluated for this request.  False when one left open is a
+  // try: the connector never parses from inside one (it could not hold
+  // what came before).
+  bool resumeInside(const std::vector<ProgramStep>& before);
+
   void feed(std::string_view bytes);
   void finish();
 

@@ -31,6 +31,8 @@ class Assembler final : public ParserSink {
     released_ = released;
   }
 
+  void replay(Block block, bool opens) { parser_.replay(block, opens); }
+
   Parse finish() {
     parser_.finish();
     EXPECT_EQ(parser_.released(), fed_);
@@ -417,6 +419,21 @@ TEST(Parser, ConstructsNestedTooDeepAreDroppedWithTheirEndTags) {
   const Parse parse = parseWhole(page);
   EXPECT_EQ(parse.assembled, expected);
   EXPECT_EQ(parse.warnings.size(), 2u);
+}
+
+TEST(Parser, ReplayedConstructsAreThoseTheParseStartsInside) {
+  const std::string page = "x</esi:when><esi:otherwise>y</esi:otherwise></esi:choose>z";
+  Assembler assembler(page);
+  assembler.replay(Block::TRY, true);
+  assembler.replay(Block::ATTEMPT, true);
+  assembler.replay(Block::ATTEMPT, false);
+  assembler.replay(Block::TRY, false);
+  assembler.replay(Block::CHOOSE, true);
+  assembler.replay(Block::WHEN, true);
+  assembler.feedTo(page.size());
+  const Parse parse = assembler.finish();
+  EXPECT_EQ(parse.assembled, "x[/when][otherwise]y[/otherwise][/choose]z");
+  EXPECT_TRUE(parse.warnings.empty());
 }
 
 TEST(Parser, WhenWithMalformedAttributesHasAnEmptyTestWithWarning) {

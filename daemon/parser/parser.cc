@@ -771,6 +771,19 @@ Parser::~Parser() = default;
 
 void Parser::feed(std::string_view chunk) { state_->feed(chunk); }
 
+void Parser::replay(Block block, bool opens) {
+  std::vector<State::OpenBlock>& blocks = state_->blocks;
+  if (!opens) {
+    if (!blocks.empty()) blocks.pop_back();
+    return;
+  }
+  if (!blocks.empty()) {
+    blocks.back().attempted |= block == Block::ATTEMPT;
+    blocks.back().excepted |= block == Block::EXCEPT;
+  }
+  if (blocks.size() < kMaxBlockDepth) blocks.push_back({block});
+}
+
 void Parser::finish() { state_->finish(); }
 
 uint64_t Parser::released() const { return state_->released(); }

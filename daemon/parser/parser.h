@@ -73,6 +73,11 @@ class Parser {
   // The next bytes of the stream.
   void feed(std::string_view chunk);
 
+  // A construct that opened (opens) or closed before the first byte fed, as
+  // the parse of the bytes before reported it, in order: the parse starts
+  // inside what is left open.  Nothing is reported.
+  void replay(Block block, bool opens);
+
   // End of stream: everything still pending is resolved.
   void finish();
 

@@ -81,6 +81,17 @@ size_t Plan::bytes() const {
   return total;
 }
 
+std::optional<std::vector<ProgramStep>> Plan::stepsBefore(uint64_t base) const {
+  if (base == 0) return std::vector<ProgramStep>();
+  for (auto step = program.begin(); step != program.end(); ++step) {
+    const auto* run = std::get_if<VerbatimRun>(&*step);
+    if (run != nullptr && run->offset + run->length == base) {
+      return std::vector<ProgramStep>(program.begin(), step + 1);
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<PlanStep> Plan::evaluate(const PageAddress& page,
                                      const RequestValues& values) const {
   Evaluator evaluator(page, values);
@@ -210,16 +221,18 @@ bool PlanStore::record(std::string_view name, const ObjectId& id, Plan plan) {
 
 // Counts only plans actually forgotten: a plan evicted before the worker's
 // report came in was not wrong for long.
-void PlanStore::drop(std::string_view name, const ObjectId& id) {
+std::shared_ptr<const Plan> PlanStore::drop(std::string_view name, const ObjectId& id) {
   auto z = zones_.find(name);
-  if (z == zones_.end()) return;
+  if (z == zones_.end()) return nullptr;
   Zone& zone = z->second;
   auto it = zone.entries.find(id);
-  if (it == zone.entries.end()) return;
+  if (it == zone.entries.end()) return nullptr;
+  std::shared_ptr<const Plan> plan = std::move(it->second.plan);
   zone.bytes -= it->second.bytes;
   zone.lru.erase(it->second.lru);
   zone.entries.erase(it);
   ++zone.drops;
+  return plan;
 }
 
 void PlanStore::evictUntil(Zone& zone, uint64_t maxBytes) {

@@ -77,6 +77,11 @@ struct Plan {
   // Memory the plan holds, for the zone's budget.
   size_t bytes() const;
 
+  // The program's steps for the body before base, when base is where one
+  // of its verbatim runs ends (where a worker stops replaying); nullopt
+  // otherwise.
+  std::optional<std::vector<ProgramStep>> stepsBefore(uint64_t base) const;
+
   // The steps the worker replays for one request.
   std::vector<PlanStep> evaluate(const PageAddress& page,
                                  const RequestValues& values) const;
@@ -106,7 +111,8 @@ class PlanStore {
   bool record(std::string_view zone, const ObjectId& id, Plan plan);
 
   // The worker found that the plan does not match the body: forget it.
-  void drop(std::string_view zone, const ObjectId& id);
+  // Returns the plan forgotten, or null.
+  std::shared_ptr<const Plan> drop(std::string_view zone, const ObjectId& id);
 
   // Per zone: entries, bytes, max_bytes, hits, misses, drops, recorded,
   // evictions, too_large.

@@ -499,6 +499,39 @@ TEST_F(WorkerSessionTest, AFailedPlanIsForgottenAndTheRestParsedFromItsBase) {
   EXPECT_EQ(stats_.planned, 0u);
 }
 
+TEST_F(WorkerSessionTest, AFailedPlanResumesInsideTheBranchItStoppedIn) {
+  const std::string page =
+      "a<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})=='x'\">b</esi:when>"
+      "<esi:otherwise>c</esi:otherwise></esi:choose>d";
+  worker_->openCached(1, kObject, 0, false, "g=x");
+  worker_->body(1, page);
+  worker_->end(1);
+  serve();
+  EXPECT_EQ(worker_->received.assembled, "abd");
+  // The worker replayed "ab" and stopped after the b at 53; the bytes from
+  // there come to esid (offsets from the stream's start: the test worker
+  // finds the same bytes in stream 1's copy).
+  worker_->received.assembled.clear();
+  worker_->openCached(2, kObject, 54, true, "g=x");
+  worker_->body(2, page.substr(54));
+  worker_->end(2);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(worker_->received.assembled, "d");
+}
+
+TEST_F(WorkerSessionTest, AFailedPlansBaseInsideATryEndsTheSession) {
+  const std::string page = "<esi:try><esi:attempt>a</esi:attempt></esi:try>";
+  worker_->openCached(1, kObject);
+  worker_->body(1, page);
+  worker_->end(1);
+  serve();
+  worker_->openCached(2, kObject, 23, true);
+  serve();
+  ASSERT_TRUE(fatal_);
+  EXPECT_NE(fatal_->find("inside <esi:try>"), std::string::npos);
+}
+
 TEST_F(WorkerSessionTest, AnObjectIdentityOfTheWrongSizeEndsTheSession) {
   worker_->openCached(1, std::string(39, 'o'));
   serve();

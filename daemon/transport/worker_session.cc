@@ -374,6 +374,7 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
   const PageAddress page{textOf(uri), textOf(authority)};
 
   std::optional<PlanKey> planKey;
+  std::shared_ptr<const Plan> failedPlan;
   if (object.size() != 0) {
     auto objectId = ObjectId::fromWire(
         std::string_view(reinterpret_cast<const char*>(object.begin()), object.size()));
@@ -386,7 +387,7 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
     if (open.getPlanFailed()) {
       spdlog::info("{}: the worker found that its plan does not match the body at byte {}; "
                    "plan dropped", uri.cStr(), open.getBase());
-      plans_.drop(planKey->zone, planKey->id);
+      failedPlan = plans_.drop(planKey->zone, planKey->id);
       planKey.reset();
     } else if (open.getBase() != 0) {
       violation("open: a base offset without a failed plan");
@@ -400,9 +401,19 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
     }
   }
 
+  auto stream = std::make_unique<Stream>(page.uri, page.authority, stats_, open.getBase());
+  stream->setRequestValues(std::move(*values));
+  if (failedPlan) {
+    // The worker replayed the plan up to base, perhaps into a construct;
+    // never into a try, which it cannot leave to esid.
+    const auto before = failedPlan->stepsBefore(open.getBase());
+    if (before && !stream->resumeInside(*before)) {
+      violation("open: a failed plan's base inside <esi:try>");
+      return false;
+    }
+  }
   StreamEntry& entry = streams_[id];
-  entry.stream = std::make_unique<Stream>(page.uri, page.authority, stats_, open.getBase());
-  entry.stream->setRequestValues(std::move(*values));
+  entry.stream = std::move(stream);
   ++stats_.streams;
   ++stats_.activeStreams;
   if (planKey) {

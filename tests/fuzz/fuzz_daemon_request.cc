@@ -168,7 +168,7 @@ class Connection {
   template <typename Fill = void (*)(esi_wire_out_t*)>
   void request(uint32_t stream, uint16_t which,
                Fill fill = [](esi_wire_out_t*) {}) {
-    uint64_t buf[16];
+    uint64_t buf[32];  // room for an Open (protocol 3) and its two texts
     esi_wire_builder_t b;
     esi_wire_out_t req;
     esi_wire_builder_init(&b, buf, sizeof(buf));
