@@ -399,7 +399,7 @@ class TryPageSizeTest(LanguageTestCase):
         self.assertIn("exceed esi_max_page_size", self.error_log())
 
 
-class TryFaultTest(LanguageTestCase):
+class TryFaultCase(LanguageTestCase):
     """Nothing leaks or hangs when an attempt is cut short."""
 
     # the tail keeps the stream open (its buffers are held behind the
@@ -414,7 +414,9 @@ class TryFaultTest(LanguageTestCase):
         self.origin.route("/page", self.PAGE)
         self.start()
 
-    def test_esid_dying_mid_attempt_sends_what_was_held_then_the_rest(self):
+    def fetch_while_esid_dies(self, logged):
+        """GET /page, killing esid while the attempt waits for its include;
+        the include answers once error.log shows `logged`."""
         result = []
         client = threading.Thread(
             target=lambda: result.append(self.fetch("/page")))
@@ -422,16 +424,22 @@ class TryFaultTest(LanguageTestCase):
         try:
             self.assertTrue(self.origin.wait_for_hits("/esi/hold"))
             self.esid.kill()
-            self.assertTrue(poll(lambda: "processing failed" in
-                                 self.error_log(), bound=10.0))
+            self.assertTrue(poll(lambda: logged in self.error_log(),
+                                 bound=10.0))
         finally:
             self.released.set()
             client.join(60)
         self.assertFalse(client.is_alive(), "request hung")
+        return result[0]
+
+
+class TryFaultTest(TryFaultCase):
+
+    def test_esid_dying_mid_attempt_sends_what_was_held_then_the_rest(self):
+        r = self.fetch_while_esid_dies("processing failed")
         # "1" was held when esid went: it goes out, then the page's bytes
         # from there on as they are; the held fragment's answer is dropped
-        self.assertEqual(result[0].body,
-                         b"a1" + self.PAGE.split("1", 1)[1].encode())
+        self.assertEqual(r.body, b"a1" + self.PAGE.split("1", 1)[1].encode())
         self.assertEqual(self.esi_status(1), "passthrough")
 
     def test_a_client_gone_mid_attempt_leaves_the_worker_serving(self):
@@ -443,6 +451,15 @@ class TryFaultTest(LanguageTestCase):
         self.origin.route("/other", "a" + attempt(include("/esi/x")) + "b")
         self.assertEqual(self.get("/other")[2], b"aXb")
         self.assertTrue(poll(lambda: len(self.access_log(2)) == 2))
+
+
+class TryFaultAbortTest(TryFaultCase):
+    LOCATION = "esi_fallback abort;"
+
+    def test_esid_dying_mid_attempt_cuts_the_response_off(self):
+        r = self.fetch_while_esid_dies("request aborted")
+        self.assertFalse(r.complete, r)
+        self.assertEqual(self.esi_status(1), "aborted")
 
 
 class PlannedLanguageTest(PlanTestCase):
