@@ -29,8 +29,8 @@ class Stream final : private ParserSink {
   // The parse starts inside the constructs the steps before base leave
   // open (a plan's, whose replay stopped at base): each is replayed into the
   // parser and evaluated for this request.  False when one left open is a
-  // try: the connector never parses from inside one (it could not hold
-  // what came before).
+  // try: the connector never has esid parse from inside one (the attempt's
+  // held output and its markers are the connector's).
   bool resumeInside(const std::vector<ProgramStep>& before);
 
   void feed(std::string_view bytes);

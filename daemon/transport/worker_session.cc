@@ -404,12 +404,14 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
   auto stream = std::make_unique<Stream>(page.uri, page.authority, stats_, open.getBase());
   stream->setRequestValues(std::move(*values));
   if (failedPlan) {
-    // The worker replayed the plan up to base, perhaps into a construct;
-    // never into a try, which it cannot leave to esid.
+    // The worker replayed the plan up to base, perhaps into a construct.
+    // Not into a try: the worker applies esi_fallback there (it cannot
+    // leave what the attempt holds to esid) and may open the stream only to
+    // have the plan forgotten, which it now is.
     const auto before = failedPlan->stepsBefore(open.getBase());
     if (before && !stream->resumeInside(*before)) {
-      violation("open: a failed plan's base inside <esi:try>");
-      return false;
+      sendFail(id, "the plan stopped matching inside <esi:try>");
+      return true;
     }
   }
   StreamEntry& entry = streams_[id];
@@ -455,6 +457,14 @@ bool WorkerSession::sendPlan(uint32_t id, const Plan& plan, const PageAddress& p
   }
   send(message);
   return true;
+}
+
+void WorkerSession::sendFail(uint32_t id, std::string_view reason) {
+  capnp::MallocMessageBuilder message;
+  auto response = message.initRoot<wire::Response>();
+  response.setStream(id);
+  response.setFail(std::string(reason));
+  send(message);
 }
 
 bool WorkerSession::handleZone(wire::Zone::Reader zone) {

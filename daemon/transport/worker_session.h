@@ -76,6 +76,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // False when the plan, evaluated for this request, is too large to send.
   bool sendPlan(uint32_t id, const Plan& plan, const PageAddress& page,
                 const RequestValues& values);
+  void sendFail(uint32_t id, std::string_view reason);
   void recordPlan(const PlanKey& key, const Stream& stream);
   bool handleZone(wire::Zone::Reader zone);
   bool handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done);
