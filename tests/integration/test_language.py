@@ -200,6 +200,11 @@ class HostileValueTest(LanguageTestCase):
             self.assertNotIn("\r", target)
             self.assertNotIn("\n", target)
 
+    def test_a_cookie_in_src_reaches_the_origin_percent_escaped(self):
+        body = self.render(include("/esi/echo?u=$(HTTP_COOKIE{user})"),
+                           {"Cookie": 'user=a"b<c>d e'})
+        self.assertEqual(body, b"[/esi/echo?u=a%22b%3Cc%3Ed%20e]")
+
     def test_a_cookie_over_8k_is_absent(self):
         self.assertEqual(
             self.vars("$(HTTP_COOKIE{user}|absent)",
