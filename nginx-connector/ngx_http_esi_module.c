@@ -233,7 +233,7 @@ typedef struct ngx_http_esi_ctx_s {
     ngx_uint_t                 ntries;      /* open, as executed */
     ngx_uint_t                 attempts;    /* ... and before tryExcept */
     ngx_uint_t                 skip;        /* tries open in a skipped part */
-    off_t                      captured;    /* bytes held from includes */
+    off_t                      captured;    /* bytes copied from includes */
     off_t                      made;        /* literal bytes from esid */
     struct ngx_http_esi_ctx_s *capture;     /* who holds our output */
 
@@ -4984,10 +4984,7 @@ ngx_http_esi_try_close(ngx_http_esi_ctx_t *ctx, ngx_uint_t keep)
     ctx->last_out = t->out ? t->last_out : &ctx->out;
 
     t->attempt = 0;
-
-    if (--ctx->attempts == 0) {
-        ctx->captured = 0;
-    }
+    ctx->attempts--;
 
     if (keep) {
         if (held) {
@@ -5086,8 +5083,10 @@ ngx_http_esi_next(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
 /*
  * Copies an include's output into the attempt that holds it: upstream
- * buffers are reused as soon as they are consumed.  Past esi_max_page_size
- * the attempt fails; after a fallback the bytes have no place to go.
+ * buffers are reused as soon as they are consumed.  The copies live in the
+ * request's pool until it ends, so all the page's attempts together may
+ * copy esi_max_page_size; past it the attempt fails.  After a fallback the
+ * bytes have no place to go.
  */
 
 static ngx_int_t

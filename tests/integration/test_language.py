@@ -403,6 +403,15 @@ class TryPageSizeTest(LanguageTestCase):
             b"aEb")
         self.assertIn("exceed esi_max_page_size", self.error_log())
 
+    def test_all_attempts_of_a_page_share_esi_max_page_size(self):
+        # each fits, together they do not: the copies live as long as the
+        # request
+        self.origin.route("/esi/half", "x" * 3000)
+        self.assertEqual(
+            self.render(attempt(include("/esi/half"))
+                        + attempt(include("/esi/half"))),
+            b"x" * 3000 + b"E")
+
 
 class TryFaultCase(LanguageTestCase):
     """Nothing leaks or hangs when an attempt is cut short."""
