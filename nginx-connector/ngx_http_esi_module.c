@@ -55,6 +55,16 @@
 #define NGX_HTTP_ESI_INCLUDE           1
 #define NGX_HTTP_ESI_SPLICE            2
 #define NGX_HTTP_ESI_CHECK             3    /* plan steps only */
+#define NGX_HTTP_ESI_LITERAL           4
+#define NGX_HTTP_ESI_TRY_START         5
+#define NGX_HTTP_ESI_TRY_EXCEPT        6
+#define NGX_HTTP_ESI_TRY_END           7
+
+/* a request variable longer than this is not sent: esid ignores it anyway */
+#define NGX_HTTP_ESI_VAR_MAX           8192
+
+/* tries open at once in one stream; esid's instructions are refused deeper */
+#define NGX_HTTP_ESI_TRY_MAX           64
 
 #define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
@@ -123,7 +133,23 @@ typedef struct {
     ngx_http_complex_value_t  *purge_key;
 
     ngx_http_esi_plan_zone_t  *plan;        /* NULL: esi_plan off */
+
+    ngx_array_t               *cookies;     /* of ngx_str_t; NULL: none */
+
+    ngx_str_t                  surrogate;   /* esi_surrogate NAME */
+    ngx_str_t                  capability;  /* NAME="ESI/1.0" */
+    ngx_flag_t                 surrogate_control;
 } ngx_http_esi_loc_conf_t;
+
+
+/* what Surrogate-Control says to us: untargeted or ";NAME" directives */
+
+typedef struct {
+    time_t                     max_age;     /* -1: none */
+    time_t                     max_age_targeted;
+    unsigned                   esi:1;       /* content="ESI/1.0" */
+    unsigned                   no_store:1;
+} ngx_http_esi_surrogate_t;
 
 
 typedef struct ngx_http_esi_held_s  ngx_http_esi_held_t;
@@ -148,24 +174,39 @@ struct ngx_http_esi_insn_s {
     ngx_str_t                  args;
     ngx_str_t                  alt_path;
     ngx_str_t                  alt_args;
+    ngx_str_t                  text;        /* LITERAL */
     unsigned                   continue_on_error:1;
     unsigned                   last:1;
     ngx_http_esi_insn_t       *next;
 };
 
 
+/*
+ * An open <esi:try>.  Its attempt's output is held in ctx->out, a chain of
+ * its own, while what came before waits here; the outcome decides whether
+ * the held chain follows it.
+ */
+
+typedef struct {
+    ngx_chain_t               *out;         /* the enclosing output */
+    ngx_chain_t              **last_out;
+    unsigned                   attempt:1;   /* before its tryExcept */
+    unsigned                   failed:1;    /* an include of it failed */
+} ngx_http_esi_try_t;
+
+
 /* a step of a parse plan, as esid sent it */
 
 typedef struct {
-    ngx_uint_t                 type;        /* VERBATIM, INCLUDE, CHECK */
+    ngx_uint_t                 type;        /* an instruction's, or CHECK */
     off_t                      offset;
     off_t                      length;
-    u_char                    *bytes;       /* CHECK: what must be there */
+    u_char                    *bytes;       /* CHECK, LITERAL */
     ngx_http_esi_insn_t       *include;     /* INCLUDE: a template */
 } ngx_http_esi_step_t;
 
 
-typedef struct {
+typedef struct ngx_http_esi_ctx_s {
     ngx_rbtree_node_t          node;        /* key: the stream id */
     ngx_queue_t                tx_link;     /* waiting to write the ring */
     ngx_queue_t                wake_link;   /* waiting to run its output */
@@ -193,6 +234,17 @@ typedef struct {
 
     ngx_http_request_t        *wait;        /* sequential include */
     ngx_http_esi_insn_t       *wait_insn;
+
+    ngx_http_esi_try_t        *tries;       /* NGX_HTTP_ESI_TRY_MAX of them */
+    ngx_uint_t                 ntries;      /* open, as executed */
+    ngx_uint_t                 attempts;    /* ... and before tryExcept */
+    ngx_uint_t                 skip;        /* tries open in a skipped part */
+    off_t                      captured;    /* bytes copied from includes */
+    off_t                      made;        /* literal bytes from esid */
+    struct ngx_http_esi_ctx_s *capture;     /* who holds our output */
+
+    ngx_uint_t                 rx_tries;    /* open, as received */
+    uint64_t                   rx_excepts;  /* bit n: try n had tryExcept */
 
     ngx_chain_t               *out;
     ngx_chain_t              **last_out;
@@ -391,6 +443,9 @@ static ngx_int_t ngx_http_esi_report_file(ngx_http_request_t *r,
 static ngx_uint_t ngx_http_esi_encoding(ngx_http_request_t *r);
 static ngx_table_elt_t *ngx_http_esi_find_header(ngx_list_t *headers,
     const char *name);
+static void ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars);
+static size_t ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names,
+    u_char *dst);
 static ngx_int_t ngx_http_esi_open(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_cleanup(void *data);
@@ -430,6 +485,20 @@ static ngx_int_t ngx_http_esi_fragment_header(ngx_http_request_t *r,
 static ngx_int_t ngx_http_esi_fragment_limit(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t **in);
 static ngx_int_t ngx_http_esi_fragment_marker(ngx_http_request_t *r);
+static ngx_int_t ngx_http_esi_literal(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_str_t *text);
+static ngx_int_t ngx_http_esi_try_start(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_try_except(ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_try_close(ngx_http_esi_ctx_t *ctx,
+    ngx_uint_t keep);
+static void ngx_http_esi_try_failed(ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_skip(ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_insn_t *insn);
+static ngx_int_t ngx_http_esi_next(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
+static ngx_int_t ngx_http_esi_capture(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *to, ngx_chain_t *in);
 static ngx_int_t ngx_http_esi_include_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
 static ngx_int_t ngx_http_esi_fallback(ngx_http_request_t *r,
@@ -452,6 +521,8 @@ static ngx_int_t ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at,
 static ngx_uint_t ngx_http_esi_held_equal(ngx_http_esi_ctx_t *ctx,
     off_t offset, u_char *bytes, size_t len);
 static ngx_http_esi_insn_t *ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_try_insn(ngx_http_esi_ctx_t *ctx,
+    ngx_uint_t type);
 static ngx_int_t ngx_http_esi_include_insn(ngx_http_request_t *r,
     esi_wire_struct_t *inc, ngx_http_esi_insn_t *insn);
 static ngx_uint_t ngx_http_esi_splits_line(ngx_str_t *s, ngx_uint_t args);
@@ -479,6 +550,11 @@ static ngx_int_t ngx_http_esi_purge_respond(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_cleanup(void *data);
 
+static ngx_int_t ngx_http_esi_capability(ngx_http_request_t *r);
+static ngx_int_t ngx_http_esi_surrogate_control(ngx_http_request_t *r,
+    ngx_http_esi_loc_conf_t *elcf);
+static void ngx_http_esi_surrogate_parse(ngx_str_t *value, ngx_str_t *name,
+    ngx_http_esi_surrogate_t *sc);
 static ngx_int_t ngx_http_esi_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_esi_add_variables(ngx_conf_t *cf);
@@ -494,6 +570,8 @@ static char *ngx_http_esi_purge_index(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_esi_plan_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
 static char *ngx_http_esi_tag_size_bounds(ngx_conf_t *cf, void *post,
@@ -648,6 +726,27 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       ngx_http_esi_plan_conf,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
+      NULL },
+
+    { ngx_string("esi_cookies"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_esi_cookies_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("esi_surrogate"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, surrogate),
+      NULL },
+
+    { ngx_string("esi_surrogate_control"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, surrogate_control),
       NULL },
 
       ngx_null_command
@@ -1490,11 +1589,13 @@ static ngx_int_t
 ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 {
     off_t                 offset, end, released, verbatim_end;
+    size_t                n;
     uint16_t              which;
     uint32_t              i, length;
     uint64_t              value;
     ngx_int_t             rc;
     ngx_log_t            *log;
+    const uint8_t        *bytes;
     ngx_http_request_t   *r;
     ngx_http_esi_insn_t  *insn, *head, **last;
     esi_wire_list_t       list;
@@ -1612,6 +1713,44 @@ ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
             break;
 
+        case ESI_WIRE_INSTRUCTION_LITERAL_WHICH:
+            if (esi_wire_get_data(&in, ESI_WIRE_INSTRUCTION_LITERAL_PTR,
+                                  &bytes, &n)
+                != 0)
+            {
+                ngx_log_error(NGX_LOG_ERR, log, 0,
+                              "esi: malformed literal from esid");
+                return NGX_ERROR;
+            }
+
+            /* the ring's bytes are reused once this splice is read */
+
+            insn->type = NGX_HTTP_ESI_LITERAL;
+            insn->text.len = n;
+
+            if (n) {
+                insn->text.data = ngx_pnalloc(r->pool, n);
+                if (insn->text.data == NULL) {
+                    goto local_failure;
+                }
+
+                ngx_memcpy(insn->text.data, bytes, n);
+            }
+
+            break;
+
+        case ESI_WIRE_INSTRUCTION_TRY_START_WHICH:
+        case ESI_WIRE_INSTRUCTION_TRY_EXCEPT_WHICH:
+        case ESI_WIRE_INSTRUCTION_TRY_END_WHICH:
+            insn->type = NGX_HTTP_ESI_TRY_START
+                         + (which - ESI_WIRE_INSTRUCTION_TRY_START_WHICH);
+
+            if (ngx_http_esi_try_insn(ctx, insn->type) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            break;
+
         default:
             ngx_log_error(NGX_LOG_ERR, log, 0,
                           "esi: unknown instruction %ud from esid", which);
@@ -1620,6 +1759,13 @@ ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
         *last = insn;
         last = &insn->next;
+    }
+
+    if (esi_wire_bool(&splice, ESI_WIRE_SPLICE_LAST_BIT) && ctx->rx_tries) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "esi: esid ended stream %uD inside a try",
+                      (uint32_t) ctx->node.key);
+        return NGX_ERROR;
     }
 
     insn = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_insn_t));
@@ -1754,6 +1900,60 @@ ngx_http_esi_splits_line(ngx_str_t *s, ngx_uint_t args)
     }
 
     return 0;
+}
+
+
+/*
+ * Keeps esid's try markers balanced as they arrive, so that execution never
+ * meets a tryExcept or tryEnd without its tryStart.  NGX_ERROR: a violation.
+ */
+
+static ngx_int_t
+ngx_http_esi_try_insn(ngx_http_esi_ctx_t *ctx, ngx_uint_t type)
+{
+    uint64_t     bit;
+    const char  *error;
+
+    bit = ctx->rx_tries ? (uint64_t) 1 << (ctx->rx_tries - 1) : 0;
+
+    switch (type) {
+
+    case NGX_HTTP_ESI_TRY_START:
+        if (ctx->rx_tries == NGX_HTTP_ESI_TRY_MAX) {
+            error = "tries nested too deep";
+            goto violation;
+        }
+
+        ctx->rx_tries++;
+        ctx->rx_excepts &= ~((uint64_t) 1 << (ctx->rx_tries - 1));
+        return NGX_OK;
+
+    case NGX_HTTP_ESI_TRY_EXCEPT:
+        if (ctx->rx_tries == 0 || (ctx->rx_excepts & bit)) {
+            error = "tryExcept outside an attempt";
+            goto violation;
+        }
+
+        ctx->rx_excepts |= bit;
+        return NGX_OK;
+
+    default: /* NGX_HTTP_ESI_TRY_END */
+        if (ctx->rx_tries == 0 || !(ctx->rx_excepts & bit)) {
+            error = "tryEnd without its tryExcept";
+            goto violation;
+        }
+
+        ctx->rx_tries--;
+        return NGX_OK;
+    }
+
+violation:
+
+    ngx_log_error(NGX_LOG_ERR, ngx_http_esi_daemon.log, 0,
+                  "esi: %s in stream %uD from esid", error,
+                  (uint32_t) ctx->node.key);
+
+    return NGX_ERROR;
 }
 
 
@@ -1913,12 +2113,48 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
             step->include = insn;
             break;
 
+        case ESI_WIRE_PLAN_STEP_LITERAL_WHICH:
+            if (esi_wire_get_data(&in, ESI_WIRE_PLAN_STEP_LITERAL_PTR,
+                                  &bytes, &len)
+                != 0)
+            {
+                goto malformed;
+            }
+
+            step->type = NGX_HTTP_ESI_LITERAL;
+            step->offset = pos;
+            step->length = len;
+
+            if (len) {
+                step->bytes = ngx_pnalloc(r->pool, len);
+                if (step->bytes == NULL) {
+                    goto local_failure;
+                }
+
+                ngx_memcpy(step->bytes, bytes, len);
+            }
+
+            break;
+
+        case ESI_WIRE_PLAN_STEP_TRY_START_WHICH:
+        case ESI_WIRE_PLAN_STEP_TRY_EXCEPT_WHICH:
+        case ESI_WIRE_PLAN_STEP_TRY_END_WHICH:
+            step->type = NGX_HTTP_ESI_TRY_START
+                         + (which - ESI_WIRE_PLAN_STEP_TRY_START_WHICH);
+            step->offset = pos;
+
+            if (ngx_http_esi_try_insn(ctx, step->type) != NGX_OK) {
+                goto malformed;
+            }
+
+            break;
+
         default:
             goto malformed;
         }
     }
 
-    if ((off_t) plan_length > pos && checked != pos) {
+    if (((off_t) plan_length > pos && checked != pos) || ctx->rx_tries) {
         goto malformed;
     }
 
@@ -2040,7 +2276,7 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 
             break;
 
-        default: /* NGX_HTTP_ESI_INCLUDE */
+        case NGX_HTTP_ESI_INCLUDE:
             insn = ngx_palloc(ctx->request->pool,
                               sizeof(ngx_http_esi_insn_t));
             if (insn == NULL) {
@@ -2049,6 +2285,27 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 
             *insn = *step->include;
             insn->next = NULL;
+
+            *ctx->last_insn = insn;
+            ctx->last_insn = &insn->next;
+            break;
+
+        default: /* LITERAL, TRY_START, TRY_EXCEPT, TRY_END */
+            insn = ngx_http_esi_insn(ctx);
+            if (insn == NULL) {
+                return NGX_ERROR;
+            }
+
+            insn->type = step->type;
+            insn->text.len = (size_t) step->length;
+            insn->text.data = step->bytes;
+
+            if (step->type == NGX_HTTP_ESI_TRY_START) {
+                ctx->rx_tries++;
+
+            } else if (step->type == NGX_HTTP_ESI_TRY_END) {
+                ctx->rx_tries--;
+            }
 
             *ctx->last_insn = insn;
             ctx->last_insn = &insn->next;
@@ -2121,6 +2378,17 @@ ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at, const char *why)
     ngx_http_esi_daemon_t  *d;
 
     d = &ngx_http_esi_daemon;
+
+    if (ctx->rx_tries) {
+
+        /* esid cannot parse from inside a try: it would not know it */
+
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "esi: plan dropped at byte %O inside a try: %s than "
+                      "planned, esi_fallback applies", at, why);
+        ngx_http_esi_fail(ctx);
+        return NGX_OK;
+    }
 
     ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
                   "esi: plan dropped at byte %O: %s than planned, "
@@ -2587,13 +2855,15 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
 {
     off_t                     from;
     size_t                    need, len, n, k, max, room, uri_len,
-                              host_len;
+                              host_len, vars_len, cookies_len;
     u_char                   *dst, *host_data;
     void                     *p;
     ngx_str_t                *host, *zone;
+    ngx_str_t                 vars[ESI_WIRE_REQUEST_VARS_POINTERS];
+    ngx_uint_t                i;
     ngx_http_request_t       *r;
     ngx_http_esi_held_t      *h;
-    esi_wire_out_t            req, open;
+    esi_wire_out_t            req, open, rv;
     esi_wire_builder_t        b;
     ngx_http_esi_loc_conf_t  *elcf;
     ngx_http_core_srv_conf_t *cscf;
@@ -2616,12 +2886,30 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
         host_data = host->data;
         zone = ctx->identified ? &ctx->plan_zone->name : NULL;
 
+        ngx_http_esi_request_vars(r, vars);
+
+        cookies_len = ngx_http_esi_cookies(r, elcf->cookies, NULL);
+        if (cookies_len > NGX_HTTP_ESI_VAR_MAX) {
+            cookies_len = 0;
+        }
+
+        vars_len = cookies_len ? esi_wire_blob(cookies_len + 1) : 0;
+
+        for (i = 0; i < ESI_WIRE_REQUEST_VARS_POINTERS; i++) {
+            if (vars[i].len) {
+                vars_len += esi_wire_blob(vars[i].len + 1);
+            }
+        }
+
         need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
                              + ESI_WIRE_REQUEST_POINTERS
                              + ESI_WIRE_OPEN_DATA_WORDS
-                             + ESI_WIRE_OPEN_POINTERS,
+                             + ESI_WIRE_OPEN_POINTERS
+                             + ESI_WIRE_REQUEST_VARS_DATA_WORDS
+                             + ESI_WIRE_REQUEST_VARS_POINTERS,
                              esi_wire_blob(uri_len + 1)
                              + esi_wire_blob(host_len + 1)
+                             + vars_len
                              + (zone ? esi_wire_blob(NGX_HTTP_ESI_OBJECT_LEN)
                                        + esi_wire_blob(zone->len + 1)
                                      : 0));
@@ -2654,6 +2942,25 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
                                  (const char *) host_data, host_len);
         esi_wire_set_u32(&open, ESI_WIRE_OPEN_MAX_TAG_BYTES_OFFSET,
                          (uint32_t) elcf->max_tag_size);
+        (void) esi_wire_set_struct(&open, ESI_WIRE_OPEN_VARS_PTR,
+                                   ESI_WIRE_REQUEST_VARS_DATA_WORDS,
+                                   ESI_WIRE_REQUEST_VARS_POINTERS, &rv);
+
+        for (i = 0; i < ESI_WIRE_REQUEST_VARS_POINTERS; i++) {
+            if (vars[i].len) {
+                (void) esi_wire_set_text(&rv, i, (const char *) vars[i].data,
+                                         vars[i].len);
+            }
+        }
+
+        if (cookies_len) {
+            dst = esi_wire_alloc_data(&rv, ESI_WIRE_REQUEST_VARS_COOKIES_PTR,
+                                      cookies_len + 1);
+            if (dst) {
+                (void) ngx_http_esi_cookies(r, elcf->cookies, dst);
+                dst[cookies_len] = '\0';
+            }
+        }
 
         if (zone) {
             dst = esi_wire_alloc_data(&open, ESI_WIRE_OPEN_OBJECT_PTR,
@@ -3109,6 +3416,12 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
     }
 
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    if (elcf->surrogate_control
+        && ngx_http_esi_surrogate_control(r, elcf) != NGX_OK)
+    {
+        return ngx_http_next_header_filter(r);
+    }
 
     if (!elcf->enable
         || r->header_only
@@ -3584,6 +3897,132 @@ ngx_http_esi_identify(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 }
 
 
+/*
+ * What ESI variables may read of the client's request (r->main's, also for
+ * a fragment page), indexed by RequestVars pointer; cookies are apart.  The
+ * values point into the request: nothing is allocated.
+ */
+
+static void
+ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars)
+{
+    ngx_uint_t            i;
+    ngx_table_elt_t      *h[ESI_WIRE_REQUEST_VARS_POINTERS];
+    ngx_http_request_t   *mr;
+
+    mr = r->main;
+
+    ngx_memzero(h, sizeof(h));
+
+    h[ESI_WIRE_REQUEST_VARS_HOST_PTR] = mr->headers_in.host;
+    h[ESI_WIRE_REQUEST_VARS_USER_AGENT_PTR] = mr->headers_in.user_agent;
+    h[ESI_WIRE_REQUEST_VARS_REFERER_PTR] = mr->headers_in.referer;
+    h[ESI_WIRE_REQUEST_VARS_ACCEPT_LANGUAGE_PTR] =
+        ngx_http_esi_find_header(&mr->headers_in.headers, "Accept-Language");
+
+    for (i = 0; i < ESI_WIRE_REQUEST_VARS_POINTERS; i++) {
+        if (h[i] && h[i]->value.len <= NGX_HTTP_ESI_VAR_MAX) {
+            vars[i] = h[i]->value;
+
+        } else {
+            ngx_str_null(&vars[i]);
+        }
+    }
+
+    if (mr->args.len <= NGX_HTTP_ESI_VAR_MAX) {
+        vars[ESI_WIRE_REQUEST_VARS_QUERY_STRING_PTR] = mr->args;
+    }
+}
+
+
+/*
+ * The client's cookies that esi_cookies names ("*": all), as "a=1; b=2";
+ * returns the length and, when dst is set, writes them there.
+ */
+
+static size_t
+ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names, u_char *dst)
+{
+    u_char            *p, *end, *start, *name_end;
+    size_t             len;
+    ngx_str_t         *name;
+    ngx_uint_t         i, k, all;
+    ngx_table_elt_t  **h;
+
+    if (names == NULL) {
+        return 0;
+    }
+
+    name = names->elts;
+    all = (name[0].len == 1 && name[0].data[0] == '*');
+
+    h = r->main->headers_in.cookies.elts;
+    len = 0;
+
+    for (i = 0; i < r->main->headers_in.cookies.nelts; i++) {
+
+        p = h[i]->value.data;
+        end = p + h[i]->value.len;
+
+        while (p < end) {
+
+            while (p < end && (*p == ' ' || *p == '\t' || *p == ';')) {
+                p++;
+            }
+
+            start = p;
+
+            while (p < end && *p != ';') {
+                p++;
+            }
+
+            while (p > start && (p[-1] == ' ' || p[-1] == '\t')) {
+                p--;
+            }
+
+            if (p == start) {
+                break;
+            }
+
+            name_end = ngx_strlchr(start, p, '=');
+            if (name_end == NULL) {
+                name_end = p;
+            }
+
+            for (k = 0; !all && k < names->nelts; k++) {
+                if (name[k].len == (size_t) (name_end - start)
+                    && ngx_strncmp(name[k].data, start, name[k].len) == 0)
+                {
+                    break;
+                }
+            }
+
+            if (all || k < names->nelts) {
+                if (len) {
+                    if (dst) {
+                        ngx_memcpy(dst + len, "; ", 2);
+                    }
+
+                    len += 2;
+                }
+
+                if (dst) {
+                    ngx_memcpy(dst + len, start, p - start);
+                }
+
+                len += p - start;
+            }
+
+            while (p < end && *p != ';') {
+                p++;
+            }
+        }
+    }
+
+    return len;
+}
+
+
 static ngx_int_t
 ngx_http_esi_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
@@ -3701,7 +4140,7 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         || (ctx->fallen && !ctx->inflate && ctx->out == NULL
             && ctx->busy == NULL && ctx->held == NULL))
     {
-        return ngx_http_next_body_filter(r, in);
+        return ngx_http_esi_next(r, ctx, in);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -4236,21 +4675,46 @@ ngx_http_esi_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
             ctx->last_insn = &ctx->insns;
         }
 
-        switch (insn->type) {
+        if (ctx->skip && insn->type != NGX_HTTP_ESI_SPLICE) {
+            ngx_http_esi_skip(ctx, insn);
+            rc = NGX_OK;
 
-        case NGX_HTTP_ESI_VERBATIM:
-            rc = ngx_http_esi_verbatim(r, ctx, insn->offset,
-                                       insn->offset + insn->length);
-            break;
+        } else {
 
-        case NGX_HTTP_ESI_INCLUDE:
-            rc = ngx_http_esi_include(r, ctx, insn, 0);
-            break;
+            switch (insn->type) {
 
-        default: /* NGX_HTTP_ESI_SPLICE */
-            ctx->released = insn->offset;
-            rc = insn->last ? ngx_http_esi_final(r, ctx) : NGX_OK;
-            break;
+            case NGX_HTTP_ESI_VERBATIM:
+                rc = ngx_http_esi_verbatim(r, ctx, insn->offset,
+                                           insn->offset + insn->length);
+                break;
+
+            case NGX_HTTP_ESI_INCLUDE:
+                rc = ngx_http_esi_include(r, ctx, insn, 0);
+                break;
+
+            case NGX_HTTP_ESI_LITERAL:
+                rc = ngx_http_esi_literal(r, ctx, &insn->text);
+                break;
+
+            case NGX_HTTP_ESI_TRY_START:
+                rc = ngx_http_esi_try_start(r, ctx);
+                break;
+
+            case NGX_HTTP_ESI_TRY_EXCEPT:
+                ngx_http_esi_try_except(ctx);
+                rc = NGX_OK;
+                break;
+
+            case NGX_HTTP_ESI_TRY_END:
+                ctx->ntries--;
+                rc = NGX_OK;
+                break;
+
+            default: /* NGX_HTTP_ESI_SPLICE */
+                ctx->released = insn->offset;
+                rc = insn->last ? ngx_http_esi_final(r, ctx) : NGX_OK;
+                break;
+            }
         }
 
         if (insn->type != NGX_HTTP_ESI_INCLUDE) {
@@ -4326,11 +4790,15 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 {
     ngx_str_t                   *path, *args;
     ngx_http_request_t          *sr, *pr;
-    ngx_http_esi_ctx_t          *sctx;
+    ngx_http_esi_ctx_t          *sctx, *capture;
     ngx_http_esi_loc_conf_t     *elcf;
     ngx_http_post_subrequest_t  *psr;
 
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    /* inside an attempt, output is held and includes come one at a time */
+
+    capture = ctx->attempts ? ctx : ctx->capture;
 
     path = alt ? &insn->alt_path : &insn->path;
     args = alt ? &insn->alt_args : &insn->args;
@@ -4389,7 +4857,9 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     psr->handler = ngx_http_esi_include_done;
     psr->data = ctx;
 
-    if (insn->alt_path.len == 0 && !insn->continue_on_error) {
+    if (insn->alt_path.len == 0 && !insn->continue_on_error
+        && capture == NULL)
+    {
         if (ngx_http_subrequest(r, path, args, &sr, psr, 0) != NGX_OK) {
             return ngx_http_esi_include_failed(r, ctx, insn, alt);
         }
@@ -4405,6 +4875,7 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     sctx->fragment = 1;
+    sctx->capture = capture;
 
     if (ngx_http_subrequest(r, path, args, &sr, psr,
                             NGX_HTTP_SUBREQUEST_WAITED)
@@ -4414,6 +4885,10 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     ngx_http_set_ctx(sr, sctx, ngx_http_esi_module);
+
+    if (capture) {
+        sr->filter_need_in_memory = 1;
+    }
 
     ctx->wait = sr;
     ctx->wait_insn = insn;
@@ -4436,9 +4911,15 @@ ngx_http_esi_include_failed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         return ngx_http_esi_include(r, ctx, insn, 1);
     }
 
+    if (insn->continue_on_error) {
+        return NGX_OK;
+    }
+
+    ngx_http_esi_try_failed(ctx);
+
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
 
-    if (insn->continue_on_error || elcf->silent_errors) {
+    if (elcf->silent_errors) {
         return NGX_OK;
     }
 
@@ -4667,6 +5148,295 @@ ngx_http_esi_include_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
 }
 
 
+/* bytes esid made, such as a substituted variable */
+
+static ngx_int_t
+ngx_http_esi_literal(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_str_t *text)
+{
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    ctx->made += text->len;
+
+    if (elcf->max_page_size && ctx->made > elcf->max_page_size) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: esid made more than esi_max_page_size %O "
+                      "of \"%V\"", elcf->max_page_size, &r->uri);
+        return NGX_DECLINED;
+    }
+
+    if (text->len == 0) {
+        return NGX_OK;
+    }
+
+    cl = ngx_http_esi_link(r, ctx);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = cl->buf;
+    b->memory = 1;
+    b->pos = text->data;
+    b->last = text->data + text->len;
+
+    return NGX_OK;
+}
+
+
+/*
+ * <esi:attempt>: what came before is set aside (the outermost try sends it
+ * first), and ctx->out starts afresh to hold the attempt's output.
+ */
+
+static ngx_int_t
+ngx_http_esi_try_start(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_esi_try_t  *t;
+
+    if (ctx->tries == NULL) {
+        ctx->tries = ngx_palloc(r->pool, NGX_HTTP_ESI_TRY_MAX
+                                         * sizeof(ngx_http_esi_try_t));
+        if (ctx->tries == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->attempts == 0 && ctx->out
+        && ngx_http_esi_output(r, ctx) == NGX_ERROR)
+    {
+        return NGX_ERROR;
+    }
+
+    t = &ctx->tries[ctx->ntries++];
+
+    t->out = ctx->out;
+    t->last_out = ctx->last_out;
+    t->attempt = 1;
+    t->failed = 0;
+
+    ctx->out = NULL;
+    ctx->last_out = &ctx->out;
+    ctx->attempts++;
+
+    return NGX_OK;
+}
+
+
+/* the attempt is over: its output goes on, or the except part runs */
+
+static void
+ngx_http_esi_try_except(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_esi_try_t  *t;
+
+    t = &ctx->tries[ctx->ntries - 1];
+
+    if (t->failed) {
+        ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
+                      "esi: an include of an attempt failed, "
+                      "its except part is used");
+
+        ngx_http_esi_try_close(ctx, 0);
+        return;
+    }
+
+    ngx_http_esi_try_close(ctx, 1);
+
+    ctx->skip = 1;
+}
+
+
+/* ends the innermost attempt, keeping or dropping its held output */
+
+static void
+ngx_http_esi_try_close(ngx_http_esi_ctx_t *ctx, ngx_uint_t keep)
+{
+    ngx_chain_t           *held, **last_held, *cl;
+    ngx_http_esi_held_t   *h;
+    ngx_http_esi_try_t    *t;
+
+    t = &ctx->tries[ctx->ntries - 1];
+
+    held = ctx->out;
+    last_held = ctx->last_out;
+
+    ctx->out = t->out;
+    ctx->last_out = t->out ? t->last_out : &ctx->out;
+
+    t->attempt = 0;
+    ctx->attempts--;
+
+    if (keep) {
+        if (held) {
+            *ctx->last_out = held;
+            ctx->last_out = last_held;
+        }
+
+        return;
+    }
+
+    while (held) {
+        cl = held;
+        held = cl->next;
+
+        if (cl->buf->shadow) {
+            for (h = ctx->held; h; h = h->next) {
+                if (h->buf == cl->buf->shadow && h->refs) {
+                    h->refs--;
+                    break;
+                }
+            }
+        }
+
+        cl->next = ctx->free;
+        ctx->free = cl;
+    }
+}
+
+
+/* an include failed for good: so did the innermost attempt around it */
+
+static void
+ngx_http_esi_try_failed(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_uint_t  i;
+
+    for (i = ctx->ntries; i; i--) {
+        if (ctx->tries[i - 1].attempt) {
+            ctx->tries[i - 1].failed = 1;
+            return;
+        }
+    }
+}
+
+
+/* the except part of a try whose attempt succeeded: nothing of it runs */
+
+static void
+ngx_http_esi_skip(ngx_http_esi_ctx_t *ctx, ngx_http_esi_insn_t *insn)
+{
+    switch (insn->type) {
+
+    case NGX_HTTP_ESI_TRY_START:
+        ctx->skip++;
+        break;
+
+    case NGX_HTTP_ESI_TRY_END:
+        if (--ctx->skip == 0) {
+            ctx->ntries--;
+        }
+
+        break;
+
+    case NGX_HTTP_ESI_VERBATIM:
+        ctx->verbatim_end = insn->offset + insn->length;
+        break;
+
+    default: /* an include never fetched, a literal, a tryExcept */
+        break;
+    }
+}
+
+
+/*
+ * Where the output of a request goes when it leaves this filter: down to
+ * postpone, or, for an include inside an attempt, into the attempt's held
+ * chain.  Postpone is called even then, with no data, so that it wakes
+ * the request's own includes in order.
+ */
+
+static ngx_int_t
+ngx_http_esi_next(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_chain_t *in)
+{
+    if (ctx && ctx->capture) {
+        if (ngx_http_esi_capture(r, ctx->capture, in) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        in = NULL;
+    }
+
+    return ngx_http_next_body_filter(r, in);
+}
+
+
+/*
+ * Copies an include's output into the attempt that holds it: upstream
+ * buffers are reused as soon as they are consumed.  The copies live in the
+ * request's pool until it ends, so all the page's attempts together may
+ * copy esi_max_page_size; past it the attempt fails.  After a fallback the
+ * bytes have no place to go.
+ */
+
+static ngx_int_t
+ngx_http_esi_capture(ngx_http_request_t *r, ngx_http_esi_ctx_t *to,
+    ngx_chain_t *in)
+{
+    off_t                     size;
+    u_char                   *p;
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    elcf = ngx_http_get_module_loc_conf(to->request, ngx_http_esi_module);
+
+    for ( /* void */ ; in; in = in->next) {
+        size = ngx_buf_size(in->buf);
+
+        if (size == 0) {
+            continue;
+        }
+
+        if (to->attempts == 0 || to->fallen) {
+            /* void */
+
+        } else if (!ngx_buf_in_memory(in->buf)) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: include \"%V\" in an attempt is not in "
+                          "memory", &r->uri);
+            ngx_http_esi_try_failed(to);
+
+        } else if (elcf->max_page_size
+                   && to->captured + size > elcf->max_page_size)
+        {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: includes held by an attempt exceed "
+                          "esi_max_page_size %O, the attempt fails",
+                          elcf->max_page_size);
+            ngx_http_esi_try_failed(to);
+
+        } else {
+            p = ngx_pnalloc(r->pool, (size_t) size);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            cl = ngx_http_esi_link(to->request, to);
+            if (cl == NULL) {
+                return NGX_ERROR;
+            }
+
+            b = cl->buf;
+            b->memory = 1;
+            b->pos = p;
+            b->last = ngx_cpymem(p, in->buf->pos, (size_t) size);
+
+            to->captured += size;
+        }
+
+        in->buf->pos = in->buf->last;
+        in->buf->file_pos = in->buf->file_last;
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_esi_fallback(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
@@ -4680,6 +5450,20 @@ ngx_http_esi_fallback(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ctx->insns = NULL;
     ctx->last_insn = &ctx->insns;
     ctx->wait = NULL;
+
+    /* what open attempts hold goes out as it is, before the rest */
+
+    while (ctx->attempts) {
+        while (!ctx->tries[ctx->ntries - 1].attempt) {
+            ctx->ntries--;
+        }
+
+        ngx_http_esi_try_close(ctx, 1);
+        ctx->ntries--;
+    }
+
+    ctx->ntries = 0;
+    ctx->skip = 0;
 
     if (ctx->done) {
         return NGX_OK;
@@ -4790,18 +5574,26 @@ ngx_http_esi_output(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ngx_chain_t          *cl;
     ngx_http_esi_held_t  *h;
 
-    rc = ngx_http_next_body_filter(r, ctx->out);
+    if (ctx->attempts) {
 
-    if (ctx->busy == NULL) {
-        ctx->busy = ctx->out;
+        /* held until the attempt's outcome is known */
+
+        rc = ngx_http_esi_next(r, ctx, NULL);
 
     } else {
-        for (cl = ctx->busy; cl->next; cl = cl->next) { /* void */ }
-        cl->next = ctx->out;
-    }
+        rc = ngx_http_esi_next(r, ctx, ctx->out);
 
-    ctx->out = NULL;
-    ctx->last_out = &ctx->out;
+        if (ctx->busy == NULL) {
+            ctx->busy = ctx->out;
+
+        } else {
+            for (cl = ctx->busy; cl->next; cl = cl->next) { /* void */ }
+            cl->next = ctx->out;
+        }
+
+        ctx->out = NULL;
+        ctx->last_out = &ctx->out;
+    }
 
     while (ctx->busy) {
 
@@ -5752,6 +6544,359 @@ ngx_http_esi_purge_cleanup(void *data)
 }
 
 
+/* Surrogate headers (W3C Note "Edge Architecture Specification 1.0") */
+
+/*
+ * esi_surrogate: the request upstream says Surrogate-Capability NAME=
+ * "ESI/1.0", ours only: a client's would let it ask the origin for markup
+ * meant for us, or pretend to be a surrogate in front of us.
+ */
+
+static ngx_int_t
+ngx_http_esi_capability(ngx_http_request_t *r)
+{
+    ngx_uint_t                i, ours, forged;
+    ngx_list_t                headers;
+    ngx_list_part_t          *part;
+    ngx_table_elt_t          *h, *nh;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    static u_char  name[] = "Surrogate-Capability";
+    static u_char  lowcase[] = "surrogate-capability";
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    if (elcf->capability.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    ours = 0;
+    forged = 0;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len != sizeof(name) - 1
+            || ngx_strncasecmp(h[i].key.data, name, sizeof(name) - 1) != 0)
+        {
+            continue;
+        }
+
+        if (!ours
+            && h[i].value.len == elcf->capability.len
+            && ngx_strncmp(h[i].value.data, elcf->capability.data,
+                           elcf->capability.len) == 0)
+        {
+            ours = 1;
+
+        } else {
+            forged = 1;
+        }
+    }
+
+    if (ours && !forged) {
+        return NGX_DECLINED;
+    }
+
+    /*
+     * A subrequest's list shares its parts with the parent's, so it is
+     * never pushed to; a client's header cannot be taken out of a list:
+     * either way the list is built anew, without them
+     */
+
+    if (forged || r != r->main) {
+        if (ngx_list_init(&headers, r->pool, 20, sizeof(ngx_table_elt_t))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        part = &r->headers_in.headers.part;
+        h = part->elts;
+
+        for (i = 0; /* void */; i++) {
+
+            if (i >= part->nelts) {
+                if (part->next == NULL) {
+                    break;
+                }
+
+                part = part->next;
+                h = part->elts;
+                i = 0;
+            }
+
+            if (h[i].key.len == sizeof(name) - 1
+                && ngx_strncasecmp(h[i].key.data, name, sizeof(name) - 1)
+                   == 0)
+            {
+                continue;
+            }
+
+            nh = ngx_list_push(&headers);
+            if (nh == NULL) {
+                return NGX_ERROR;
+            }
+
+            *nh = h[i];
+        }
+
+        r->headers_in.headers = headers;
+
+        if (headers.last == &headers.part) {
+            r->headers_in.headers.last = &r->headers_in.headers.part;
+        }
+    }
+
+    nh = ngx_list_push(&r->headers_in.headers);
+    if (nh == NULL) {
+        return NGX_ERROR;
+    }
+
+    nh->hash = ngx_hash_key(lowcase, sizeof(lowcase) - 1);
+    nh->key.len = sizeof(name) - 1;
+    nh->key.data = name;
+    nh->value = elcf->capability;
+    nh->lowcase_key = lowcase;
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * esi_surrogate_control on: a response is ours to process only when its
+ * Surrogate-Control says content="ESI/1.0" to us; its no-store and max-age
+ * decide for the cached object, as Cache-Control does for others (this
+ * header filter runs before the upstream module decides to store it).  The
+ * client never sees the header; the cache file keeps it, so that a hit
+ * decides the same way.  NGX_DECLINED: not for ESI.
+ */
+
+static ngx_int_t
+ngx_http_esi_surrogate_control(ngx_http_request_t *r,
+    ngx_http_esi_loc_conf_t *elcf)
+{
+    time_t                     max_age;
+    ngx_uint_t                 i;
+    ngx_list_part_t           *part;
+    ngx_table_elt_t           *h;
+    ngx_http_upstream_t       *u;
+    ngx_http_esi_surrogate_t   sc;
+
+    static u_char  name[] = "Surrogate-Control";
+
+    sc.max_age = -1;
+    sc.max_age_targeted = -1;
+    sc.esi = 0;
+    sc.no_store = 0;
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0
+            || h[i].key.len != sizeof(name) - 1
+            || ngx_strncasecmp(h[i].key.data, name, sizeof(name) - 1) != 0)
+        {
+            continue;
+        }
+
+        ngx_http_esi_surrogate_parse(&h[i].value, &elcf->surrogate, &sc);
+
+        h[i].hash = 0;
+    }
+
+    u = r->upstream;
+
+    if (u && r->cache && u->cacheable && !r->cached) {
+        max_age = sc.max_age_targeted >= 0 ? sc.max_age_targeted
+                                           : sc.max_age;
+
+        if (sc.no_store || max_age == 0) {
+            u->cacheable = 0;
+
+        } else if (max_age > 0) {
+            r->cache->valid_sec = ngx_time() + max_age;
+        }
+    }
+
+    return sc.esi ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * One Surrogate-Control value: comma-separated directives, each with an
+ * optional ";target"; those without a target or for ours are taken.
+ * Anything else, malformed or unknown, is skipped.
+ */
+
+static void
+ngx_http_esi_surrogate_parse(ngx_str_t *value, ngx_str_t *name,
+    ngx_http_esi_surrogate_t *sc)
+{
+    u_char     *p, *end, *start, *last, *target, *v, *q;
+    time_t      n;
+    size_t      len;
+    ngx_uint_t  quoted, targeted;
+
+    p = value->data;
+    end = p + value->len;
+
+    while (p < end) {
+
+        /* one directive: up to a comma outside quotes */
+
+        start = p;
+        target = NULL;
+        quoted = 0;
+
+        for ( /* void */ ; p < end; p++) {
+            if (*p == '"') {
+                quoted = !quoted;
+
+            } else if (!quoted && *p == ',') {
+                break;
+
+            } else if (!quoted && *p == ';' && target == NULL) {
+                target = p;
+            }
+        }
+
+        last = target ? target : p;
+        p++;        /* past the comma */
+
+        while (start < last && (*start == ' ' || *start == '\t')) {
+            start++;
+        }
+
+        while (last > start && (last[-1] == ' ' || last[-1] == '\t')) {
+            last--;
+        }
+
+        targeted = 0;
+
+        if (target) {
+            target++;
+            q = ngx_min(p - 1, end);
+
+            while (target < q && (*target == ' ' || *target == '\t')) {
+                target++;
+            }
+
+            while (q > target && (q[-1] == ' ' || q[-1] == '\t')) {
+                q--;
+            }
+
+            len = q - target;
+
+            if (len != name->len || len == 0
+                || ngx_strncasecmp(target, name->data, len) != 0)
+            {
+                continue;
+            }
+
+            targeted = 1;
+        }
+
+        len = last - start;
+
+        if (len == sizeof("no-store") - 1
+            && ngx_strncasecmp(start, (u_char *) "no-store", len) == 0)
+        {
+            sc->no_store = 1;
+            continue;
+        }
+
+        v = ngx_strlchr(start, last, '=');
+        if (v == NULL) {
+            continue;
+        }
+
+        len = v - start;
+        v++;
+
+        if (len == sizeof("max-age") - 1
+            && ngx_strncasecmp(start, (u_char *) "max-age", len) == 0)
+        {
+            /* max-age=N[+M]: M is for stale content, N is ours */
+
+            q = ngx_strlchr(v, last, '+');
+            n = ngx_atotm(v, (q ? q : last) - v);
+
+            if (n == NGX_ERROR) {
+                continue;
+            }
+
+            if (targeted) {
+                sc->max_age_targeted = n;
+
+            } else {
+                sc->max_age = n;
+            }
+
+            continue;
+        }
+
+        if (len == sizeof("content") - 1
+            && ngx_strncasecmp(start, (u_char *) "content", len) == 0)
+        {
+            /* content="ESI/1.0 ESI-INLINE/1.0": a space-separated list */
+
+            if (v < last && *v == '"') {
+                v++;
+            }
+
+            if (last > v && last[-1] == '"') {
+                last--;
+            }
+
+            while (v < last) {
+                while (v < last && *v == ' ') {
+                    v++;
+                }
+
+                q = v;
+
+                while (q < last && *q != ' ') {
+                    q++;
+                }
+
+                if (q - v == sizeof("ESI/1.0") - 1
+                    && ngx_strncasecmp(v, (u_char *) "ESI/1.0", q - v) == 0)
+                {
+                    sc->esi = 1;
+                }
+
+                v = q;
+            }
+        }
+    }
+}
+
+
 static ngx_int_t
 ngx_http_esi_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
@@ -5884,6 +7029,8 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
      *     elcf->purge_from = NULL;
      *     elcf->purge_zone = NULL;
      *     elcf->purge_key = NULL;
+     *     elcf->surrogate = { 0, NULL };
+     *     elcf->capability = { 0, NULL };
      */
 
     elcf->enable = NGX_CONF_UNSET;
@@ -5896,6 +7043,8 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->max_tag_size = NGX_CONF_UNSET_SIZE;
     elcf->max_fragment_size = NGX_CONF_UNSET;
     elcf->plan = NGX_CONF_UNSET_PTR;
+    elcf->cookies = NGX_CONF_UNSET_PTR;
+    elcf->surrogate_control = NGX_CONF_UNSET;
 
     return elcf;
 }
@@ -5928,6 +7077,21 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_off_value(conf->max_fragment_size,
                              prev->max_fragment_size, 16 * 1024 * 1024);
     ngx_conf_merge_ptr_value(conf->plan, prev->plan, NULL);
+    ngx_conf_merge_ptr_value(conf->cookies, prev->cookies, NULL);
+    ngx_conf_merge_str_value(conf->surrogate, prev->surrogate, "");
+    ngx_conf_merge_value(conf->surrogate_control, prev->surrogate_control, 0);
+
+    if (conf->surrogate.len) {
+        conf->capability.len = conf->surrogate.len
+                               + sizeof("=\"ESI/1.0\"") - 1;
+        conf->capability.data = ngx_pnalloc(cf->pool, conf->capability.len);
+        if (conf->capability.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_sprintf(conf->capability.data, "%V=\"ESI/1.0\"",
+                    &conf->surrogate);
+    }
 
     if (conf->buffer_size < 8) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -6307,6 +7471,48 @@ ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* esi_cookies name ...: a "*" among them stands alone, for all */
+
+static char *
+ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_esi_loc_conf_t *elcf = conf;
+
+    ngx_str_t   *value, *name;
+    ngx_uint_t   i;
+
+    if (elcf->cookies != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    elcf->cookies = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                     sizeof(ngx_str_t));
+    if (elcf->cookies == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        if (value[i].len == 1 && value[i].data[0] == '*') {
+            elcf->cookies->nelts = 0;
+            name = ngx_array_push(elcf->cookies);
+            *name = value[i];
+            return NGX_CONF_OK;
+        }
+
+        name = ngx_array_push(elcf->cookies);
+        if (name == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *name = value[i];
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 static ngx_int_t
 ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone)
 {
@@ -6355,6 +7561,13 @@ ngx_http_esi_filter_init(ngx_conf_t *cf)
     }
 
     *h = ngx_http_esi_purge_access;
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_REWRITE_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_esi_capability;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_esi_header_filter;

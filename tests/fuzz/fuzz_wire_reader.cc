@@ -1,8 +1,9 @@
 // The connector's C reader (nginx-connector/esi_wire.c) on any bytes, walked
 // the way ngx_http_esi_module.c walks what esid sends: a Welcome's fields, a
 // Response's stream and union, a Splice, its instruction list, each
-// verbatim's fields and each include's texts, a fail reason, or a Purged
-// answer's files and error.  Whatever
+// verbatim's fields, each include's texts, each literal's bytes and the try
+// markers' balance, a fail reason, or a Purged answer's files and error.
+// Whatever
 // the bytes, nothing is read outside the message (ASan, and the explicit
 // checks below), every Text is as long as strlen says, and the work a
 // message can cause is bounded by its size.
@@ -58,6 +59,44 @@ void checkText(const Bounds& seg, const esi_wire_struct_t& s, unsigned ptr) {
   FUZZ_CHECK(std::strlen(p) == len);
 }
 
+void checkData(const Bounds& seg, const esi_wire_struct_t& s, unsigned ptr) {
+  const uint8_t* bytes;
+  size_t length;
+  if (esi_wire_get_data(&s, ptr, &bytes, &length) == 0 && length > 0) {
+    FUZZ_CHECK(seg.contains(bytes, length));
+    touch(bytes, length);
+  }
+}
+
+// The connector's rule for try markers (ngx_http_esi_try_insn): tryExcept
+// once inside each open try, tryEnd after it, at most 64 open.  False where
+// the connector drops the connection.
+class TryMarkers {
+ public:
+  static constexpr unsigned kMax = 64;
+
+  bool start() {
+    if (depth_ == kMax) return false;
+    excepted_[depth_++] = false;
+    return true;
+  }
+  bool except() {
+    if (depth_ == 0 || excepted_[depth_ - 1]) return false;
+    excepted_[depth_ - 1] = true;
+    return true;
+  }
+  bool end() {
+    if (depth_ == 0 || !excepted_[depth_ - 1]) return false;
+    --depth_;
+    return true;
+  }
+  unsigned depth() const { return depth_; }
+
+ private:
+  unsigned depth_ = 0;
+  bool excepted_[kMax] = {};
+};
+
 void walkInclude(const Bounds& seg, const esi_wire_struct_t& instruction) {
   esi_wire_struct_t include;
   if (esi_wire_get_struct(&instruction, ESI_WIRE_INSTRUCTION_INCLUDE_PTR,
@@ -93,10 +132,12 @@ void walkSplice(const Bounds& seg, const esi_wire_msg_t& msg,
   // the next: a short message must not make it allocate millions.
   FUZZ_CHECK(list.count <= kBudgetFactor * msg.words);
 
+  TryMarkers tries;
   for (uint32_t i = 0; i < list.count; ++i) {
     esi_wire_struct_t instruction;
     esi_wire_list_at(&list, i, &instruction);
     checkStruct(seg, instruction);
+    bool valid = true;
     switch (esi_wire_u16(&instruction, ESI_WIRE_INSTRUCTION_WHICH_OFFSET)) {
       case ESI_WIRE_INSTRUCTION_VERBATIM_WHICH:
         sink += esi_wire_u64(&instruction,
@@ -107,9 +148,23 @@ void walkSplice(const Bounds& seg, const esi_wire_msg_t& msg,
       case ESI_WIRE_INSTRUCTION_INCLUDE_WHICH:
         walkInclude(seg, instruction);
         break;
+      case ESI_WIRE_INSTRUCTION_LITERAL_WHICH:
+        checkData(seg, instruction, ESI_WIRE_INSTRUCTION_LITERAL_PTR);
+        break;
+      case ESI_WIRE_INSTRUCTION_TRY_START_WHICH:
+        valid = tries.start();
+        break;
+      case ESI_WIRE_INSTRUCTION_TRY_EXCEPT_WHICH:
+        valid = tries.except();
+        break;
+      case ESI_WIRE_INSTRUCTION_TRY_END_WHICH:
+        valid = tries.end();
+        break;
       default:
-        return;  // the connector drops the connection here
+        valid = false;
     }
+    if (!valid) return;  // the connector drops the connection here
+    FUZZ_CHECK(tries.depth() <= TryMarkers::kMax);
   }
 }
 
@@ -134,7 +189,8 @@ void walkPurged(const Bounds& seg, const esi_wire_struct_t& root) {
 }
 
 // A parse plan (ngx_http_esi_plan): its steps, each verbatim's fields, each
-// check's bytes, each include as in a splice.
+// check's and literal's bytes, each include as in a splice, the try markers
+// balanced as in a splice.
 void walkPlan(const Bounds& seg, const esi_wire_msg_t& msg,
               const esi_wire_struct_t& root) {
   esi_wire_struct_t plan;
@@ -149,10 +205,9 @@ void walkPlan(const Bounds& seg, const esi_wire_msg_t& msg,
   FUZZ_CHECK(seg.contains(list.first, size_t{list.count} * step));
   // The connector allocates a step per element before validating them.
   FUZZ_CHECK(list.count <= kBudgetFactor * msg.words);
+  TryMarkers tries;
   for (uint32_t i = 0; i < list.count; ++i) {
     esi_wire_struct_t s, include;
-    const uint8_t* bytes;
-    size_t length;
     esi_wire_list_at(&list, i, &s);
     checkStruct(seg, s);
     switch (esi_wire_u16(&s, ESI_WIRE_PLAN_STEP_WHICH_OFFSET)) {
@@ -162,12 +217,19 @@ void walkPlan(const Bounds& seg, const esi_wire_msg_t& msg,
         break;
       case ESI_WIRE_PLAN_STEP_CHECK_WHICH:
         sink += esi_wire_u64(&s, ESI_WIRE_PLAN_STEP_CHECK_OFFSET_OFFSET);
-        if (esi_wire_get_data(&s, ESI_WIRE_PLAN_STEP_CHECK_BYTES_PTR, &bytes,
-                              &length) == 0 &&
-            length > 0) {
-          FUZZ_CHECK(seg.contains(bytes, length));
-          touch(bytes, length);
-        }
+        checkData(seg, s, ESI_WIRE_PLAN_STEP_CHECK_BYTES_PTR);
+        break;
+      case ESI_WIRE_PLAN_STEP_LITERAL_WHICH:
+        checkData(seg, s, ESI_WIRE_PLAN_STEP_LITERAL_PTR);
+        break;
+      case ESI_WIRE_PLAN_STEP_TRY_START_WHICH:
+        if (!tries.start()) return;
+        break;
+      case ESI_WIRE_PLAN_STEP_TRY_EXCEPT_WHICH:
+        if (!tries.except()) return;
+        break;
+      case ESI_WIRE_PLAN_STEP_TRY_END_WHICH:
+        if (!tries.end()) return;
         break;
       case ESI_WIRE_PLAN_STEP_INCLUDE_WHICH:
         if (esi_wire_get_struct(&s, ESI_WIRE_PLAN_STEP_INCLUDE_PTR,

@@ -73,6 +73,28 @@ void responses() {
     saveResponse("splice-verbatim-include", message);
   }
   {
+    // <esi:try> around a literal and an include, nested once
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<esi::wire::Response>();
+    response.setStream(2);
+    auto splice = response.initSplice();
+    splice.setReleased(20);
+    auto list = splice.initInstructions(9);
+    list[0].setTryStart();
+    const char made[] = "Hello, Robin!";
+    list[1].setLiteral(kj::arrayPtr(reinterpret_cast<const kj::byte*>(made), sizeof(made) - 1));
+    list[2].initInclude().setPath("/frag");
+    list[3].setTryExcept();
+    list[4].setTryStart();
+    auto verbatim = list[5].initVerbatim();
+    verbatim.setOffset(0);
+    verbatim.setLength(20);
+    list[6].setTryExcept();
+    list[7].setTryEnd();
+    list[8].setTryEnd();
+    saveResponse("splice-try-literal", message);
+  }
+  {
     capnp::MallocMessageBuilder message;
     auto response = message.initRoot<esi::wire::Response>();
     response.setStream(7);
@@ -120,6 +142,28 @@ void responses() {
     verbatim.setOffset(33);
     verbatim.setLength(27);
     saveResponse("plan", message);
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto response = message.initRoot<esi::wire::Response>();
+    response.setStream(4);
+    auto plan = response.initPlan();
+    plan.setLength(40);
+    auto steps = plan.initSteps(7);
+    auto check = steps[0].initCheck();
+    check.setOffset(0);
+    const char head[] = "<esi:try>";
+    check.setBytes(kj::arrayPtr(reinterpret_cast<const kj::byte*>(head), sizeof(head) - 1));
+    steps[1].setTryStart();
+    steps[2].initInclude().setPath("/x");
+    steps[3].setTryExcept();
+    const char made[] = "fallback";
+    steps[4].setLiteral(kj::arrayPtr(reinterpret_cast<const kj::byte*>(made), sizeof(made) - 1));
+    steps[5].setTryEnd();
+    auto verbatim = steps[6].initVerbatim();
+    verbatim.setOffset(0);
+    verbatim.setLength(0);
+    saveResponse("plan-try-literal", message);
   }
   {
     capnp::MallocMessageBuilder message;

@@ -17,6 +17,13 @@
 //   garbage-ring         a published ring index no ring can have
 //   silent               a Welcome, then never a word: nothing is read
 //   injecting-include    an include whose args hold CR LF and a header line
+//   try                  honest, each answer's verbatim inside a try whose
+//                        attempt succeeds: the except part (a literal) is
+//                        skipped, so pages come back as they went in
+//   try-except-outside   a tryExcept with no tryStart before it
+//   try-end-early        a tryStart and a tryEnd with no tryExcept between
+//   last-inside-try      the last splice leaves a try open
+//   giant-literal        a literal of a quarter of the ring before the verbatim
 //
 // With --after N the first N answers of each connection are honest, so the
 // violation comes in the middle of a stream.  Each violation is logged to
@@ -70,6 +77,21 @@ enum class Mode {
   kGarbageRing,
   kSilent,
   kInjectingInclude,
+  kTry,
+  kTryExceptOutside,
+  kTryEndEarly,
+  kLastInsideTry,
+  kGiantLiteral,
+};
+
+// What wraps the one verbatim of a splice.
+enum class Shape {
+  kPlain,
+  kTry,              // tryStart, verbatim, tryExcept, literal, tryEnd
+  kExceptOutside,    // tryExcept, verbatim
+  kEndEarly,         // tryStart, verbatim, tryEnd
+  kOpenTry,          // tryStart, verbatim
+  kGiantLiteral,     // a literal of a quarter of the ring, verbatim
 };
 
 struct ModeName {
@@ -88,7 +110,15 @@ constexpr ModeName kModes[] = {
     {"garbage-ring", Mode::kGarbageRing},
     {"silent", Mode::kSilent},
     {"injecting-include", Mode::kInjectingInclude},
+    {"try", Mode::kTry},
+    {"try-except-outside", Mode::kTryExceptOutside},
+    {"try-end-early", Mode::kTryEndEarly},
+    {"last-inside-try", Mode::kLastInsideTry},
+    {"giant-literal", Mode::kGiantLiteral},
 };
+
+// What the honest try shape's except part would emit: never seen.
+constexpr char kExceptText[] = "<!-- the attempt failed -->";
 
 // A stream id no worker hands out: ids count up from 1 per connection.
 constexpr uint32_t kUnknownStream = 0x7fffffff;
@@ -173,8 +203,9 @@ class Connection {
   bool sendWelcome(const int (&fds)[3]);
   void handle(const uint8_t* payload, uint32_t length);
   void answer(uint32_t id, Stream& stream, bool last);
-  void misbehave(uint32_t id, Stream& stream);
-  Record splice(uint32_t id, uint64_t released, bool last, uint64_t offset, uint32_t length);
+  void misbehave(uint32_t id, Stream& stream, bool last);
+  Record splice(uint32_t id, uint64_t released, bool last, uint64_t offset, uint32_t length,
+                Shape shape = Shape::kPlain);
   static Record record(capnp::MessageBuilder& message);
   void flush();
 
@@ -325,18 +356,22 @@ void Connection::handle(const uint8_t* payload, uint32_t length) {
 }
 
 void Connection::answer(uint32_t id, Stream& stream, bool last) {
-  if (options_.mode != Mode::kVerbatim && answers_ >= options_.after) {
-    misbehave(id, stream);
+  const bool honest = options_.mode == Mode::kVerbatim || options_.mode == Mode::kTry;
+  // last-inside-try can only break the last splice
+  if (!honest && answers_ >= options_.after &&
+      (last || options_.mode != Mode::kLastInsideTry)) {
+    misbehave(id, stream, last);
     return;
   }
   ++answers_;
   const uint64_t from = stream.emitted;
   stream.emitted = stream.received;
   pending_.push_back(splice(id, stream.received, last, from,
-                            static_cast<uint32_t>(stream.received - from)));
+                            static_cast<uint32_t>(stream.received - from),
+                            options_.mode == Mode::kTry ? Shape::kTry : Shape::kPlain));
 }
 
-void Connection::misbehave(uint32_t id, Stream& stream) {
+void Connection::misbehave(uint32_t id, Stream& stream, bool last) {
   misbehaved_ = true;
   std::fprintf(stderr, "hostile: %s on stream %u of connection %u\n",
                options_.modeName.data(), id, number_);
@@ -381,7 +416,22 @@ void Connection::misbehave(uint32_t id, Stream& stream) {
       pending_.push_back(record(message));
       return;
     }
+    case Mode::kTryExceptOutside:
+    case Mode::kTryEndEarly:
+    case Mode::kLastInsideTry:
+    case Mode::kGiantLiteral: {
+      const Shape shape = options_.mode == Mode::kTryExceptOutside ? Shape::kExceptOutside
+                          : options_.mode == Mode::kTryEndEarly    ? Shape::kEndEarly
+                          : options_.mode == Mode::kLastInsideTry  ? Shape::kOpenTry
+                                                                   : Shape::kGiantLiteral;
+      const uint64_t from = stream.emitted;
+      stream.emitted = stream.received;
+      pending_.push_back(splice(id, stream.received, last, from,
+                                static_cast<uint32_t>(stream.received - from), shape));
+      return;
+    }
     case Mode::kVerbatim:
+    case Mode::kTry:
     case Mode::kShrunkenMemfd:
     case Mode::kUnsealedMemfd:
     case Mode::kSilent:
@@ -390,19 +440,50 @@ void Connection::misbehave(uint32_t id, Stream& stream) {
 }
 
 Connection::Record Connection::splice(uint32_t id, uint64_t released, bool last,
-                                      uint64_t offset, uint32_t length) {
-  capnp::MallocMessageBuilder message;
+                                      uint64_t offset, uint32_t length, Shape shape) {
+  enum Kind { kVerbatimAt, kStart, kExcept, kEnd, kExceptLiteral, kGiant };
+  std::vector<Kind> kinds;
+  switch (shape) {
+    case Shape::kPlain: break;
+    case Shape::kTry: kinds = {kStart, kVerbatimAt, kExcept, kExceptLiteral, kEnd}; break;
+    case Shape::kExceptOutside: kinds = {kExcept, kVerbatimAt}; break;
+    case Shape::kEndEarly: kinds = {kStart, kVerbatimAt, kEnd}; break;
+    case Shape::kOpenTry: kinds = {kStart, kVerbatimAt}; break;
+    case Shape::kGiantLiteral: kinds = {kGiant, kVerbatimAt}; break;
+  }
+  if (shape == Shape::kPlain && length != 0) kinds = {kVerbatimAt};
+  if (length == 0) std::erase(kinds, kVerbatimAt);
+
+  // one segment, as the worker accepts: room for the giant literal
+  capnp::MallocMessageBuilder message(
+      shape == Shape::kGiantLiteral ? options_.ringSize / sizeof(capnp::word) / 2 : 1024);
   auto response = message.initRoot<esi::wire::Response>();
   response.setStream(id);
   auto splice = response.initSplice();
   splice.setReleased(released);
   splice.setLast(last);
   splice.setAnswered(true);
-  auto instructions = splice.initInstructions(length == 0 ? 0 : 1);
-  if (length != 0) {
-    auto verbatim = instructions[0].initVerbatim();
-    verbatim.setOffset(offset);
-    verbatim.setLength(length);
+  auto instructions = splice.initInstructions(static_cast<unsigned>(kinds.size()));
+  for (unsigned i = 0; i < kinds.size(); ++i) {
+    switch (kinds[i]) {
+      case kVerbatimAt: {
+        auto verbatim = instructions[i].initVerbatim();
+        verbatim.setOffset(offset);
+        verbatim.setLength(length);
+        break;
+      }
+      case kStart: instructions[i].setTryStart(); break;
+      case kExcept: instructions[i].setTryExcept(); break;
+      case kEnd: instructions[i].setTryEnd(); break;
+      case kExceptLiteral:
+        instructions[i].setLiteral(kj::arrayPtr(
+            reinterpret_cast<const kj::byte*>(kExceptText), sizeof(kExceptText) - 1));
+        break;
+      case kGiant:
+        kj::ArrayPtr<kj::byte> bytes = instructions[i].initLiteral(options_.ringSize / 4);
+        std::memset(bytes.begin(), 'L', bytes.size());
+        break;
+    }
   }
   return record(message);
 }

@@ -154,6 +154,53 @@ class InjectingIncludeTest(ViolationChecks, HostileTestCase):
             self.assertNotIn("x-injected", [h.lower() for h in headers])
 
 
+class TryDoubleTest(HostileTestCase):
+    """Each answer's verbatim inside a try whose attempt succeeds: held,
+    then emitted; the except part's literal never."""
+    MODE = "try"
+
+    def test_pages_come_back_unchanged_through_the_attempt(self):
+        for n in range(1, 4):
+            self.assertBody(self.PAGE.path, self.PAGE.raw)
+            self.assertEqual(self.esi_status(n), "processed")
+        tallies = self.wrk(self.PAGE.path, [self.PAGE.raw], seconds=2,
+                           connections=4)
+        self.assertAllAllowed(tallies)
+        self.assertNotIn("[error]", self.error_log())
+
+
+class TryExceptOutsideTest(ViolationChecks, HostileTestCase):
+    MODE = "try-except-outside"
+    REFUSAL = r"esi: tryExcept outside an attempt in stream \d+ from esid"
+
+
+class TryEndEarlyTest(ViolationChecks, HostileTestCase):
+    MODE = "try-end-early"
+    REFUSAL = r"esi: tryEnd without its tryExcept in stream \d+ from esid"
+
+
+class LastInsideTryTest(ViolationChecks, HostileTestCase):
+    MODE = "last-inside-try"
+    REFUSAL = r"esi: esid ended stream \d+ inside a try"
+
+    def test_every_response_is_the_unprocessed_page(self):
+        # the try opens on the last answer only: what went before is
+        # processed (and equal to the page), the rest passes through
+        workers = self.running_workers()
+        for n in range(1, 4):
+            self.assertBody(self.PAGE.path, self.PAGE.raw)
+        self.assertTrue(re.search(self.REFUSAL, self.error_log()))
+        self.assertEqual(self.worker_pids(), workers)
+
+
+class GiantLiteralTest(ViolationChecks, HostileTestCase):
+    """Literals are bytes esid made: esi_max_page_size bounds them too, so
+    a lying esid cannot grow a request's pool without end."""
+    MODE = "giant-literal"
+    LOCATION = "esi_max_page_size 128k;"
+    REFUSAL = r"esi: esid made more than esi_max_page_size 131072"
+
+
 class ViolationWithFallbackAbortTest(HostileTestCase):
     MODE = "truncated-capnp"
     LOCATION = "esi_fallback abort;"

@@ -56,6 +56,37 @@ TEST(Wire, OpenEncodedInCDecodesInCpp) {
   EXPECT_EQ(std::string(request.getOpen().getAuthority().cStr()), "example.com");
 }
 
+TEST(Wire, OpenWithRequestVarsEncodedInCDecodesInCpp) {
+  // as ngx_http_esi_send writes them: absent values unset, cookies written
+  // in place with their NUL
+  Buffer buf(512);
+  esi_wire_builder_t b;
+  esi_wire_builder_init(&b, buf.data(), buf.size());
+  esi_wire_out_t req, open, vars;
+  ASSERT_EQ(esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS, ESI_WIRE_REQUEST_POINTERS, &req), 0);
+  esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET, ESI_WIRE_REQUEST_OPEN_WHICH);
+  ASSERT_EQ(esi_wire_set_struct(&req, ESI_WIRE_REQUEST_OPEN_PTR, ESI_WIRE_OPEN_DATA_WORDS,
+                                ESI_WIRE_OPEN_POINTERS, &open), 0);
+  ASSERT_EQ(esi_wire_set_struct(&open, ESI_WIRE_OPEN_VARS_PTR, ESI_WIRE_REQUEST_VARS_DATA_WORDS,
+                                ESI_WIRE_REQUEST_VARS_POINTERS, &vars), 0);
+  ASSERT_EQ(esi_wire_set_text(&vars, ESI_WIRE_REQUEST_VARS_HOST_PTR, "example.com", 11), 0);
+  ASSERT_EQ(esi_wire_set_text(&vars, ESI_WIRE_REQUEST_VARS_QUERY_STRING_PTR, "q=a%20b", 7), 0);
+  uint8_t* cookies = esi_wire_alloc_data(&vars, ESI_WIRE_REQUEST_VARS_COOKIES_PTR, 9 + 1);
+  ASSERT_NE(cookies, nullptr);
+  std::memcpy(cookies, "a=1; b=2;", 9);
+  cookies[9] = '\0';
+  const size_t len = esi_wire_finish(&b);
+  ASSERT_GT(len, 0u);
+
+  capnp::FlatArrayMessageReader reader(asWords(buf.data(), len));
+  auto got = reader.getRoot<Request>().getOpen().getVars();
+  EXPECT_EQ(std::string(got.getHost().cStr()), "example.com");
+  EXPECT_EQ(std::string(got.getQueryString().cStr()), "q=a%20b");
+  EXPECT_EQ(std::string(got.getCookies().cStr()), "a=1; b=2;");
+  EXPECT_FALSE(got.hasUserAgent());
+  EXPECT_EQ(std::string(got.getReferer().cStr()), "");
+}
+
 TEST(Wire, BodyEncodedInCDecodesInCpp) {
   const std::string body = "<p>hello <esi:include src=\"/x\"/></p>";
   Buffer buf(512);
@@ -150,6 +181,42 @@ TEST(Wire, SpliceEncodedInCppDecodesInC) {
   ASSERT_EQ(esi_wire_get_text(&include, ESI_WIRE_INCLUDE_ALT_ARGS_PTR, &text, &len), 0);
   EXPECT_EQ(len, 0u);  // unset text reads as empty
   EXPECT_EQ(esi_wire_bool(&include, ESI_WIRE_INCLUDE_CONTINUE_ON_ERROR_BIT), 1);
+}
+
+TEST(Wire, LiteralAndTryMarkersEncodedInCppDecodeInC) {
+  capnp::MallocMessageBuilder message;
+  auto splice = message.initRoot<Response>().initSplice();
+  auto list = splice.initInstructions(5);
+  list[0].setTryStart();
+  const kj::byte made[] = {'<', 0, '>'};  // bytes, not text: a NUL is kept
+  list[1].setLiteral(kj::arrayPtr(made, sizeof(made)));
+  list[2].setTryExcept();
+  list[3].setLiteral(kj::ArrayPtr<const kj::byte>());
+  list[4].setTryEnd();
+  auto bytes = capnp::messageToFlatArray(message);
+
+  esi_wire_msg_t msg;
+  esi_wire_struct_t root, s, item;
+  esi_wire_list_t l;
+  ASSERT_EQ(esi_wire_open(&msg, bytes.begin(), bytes.size() * 8, &root), 0);
+  ASSERT_EQ(esi_wire_get_struct(&root, ESI_WIRE_RESPONSE_SPLICE_PTR, &s), 0);
+  ASSERT_EQ(esi_wire_get_list(&s, ESI_WIRE_SPLICE_INSTRUCTIONS_PTR, &l), 0);
+  ASSERT_EQ(l.count, 5u);
+  const unsigned which[] = {ESI_WIRE_INSTRUCTION_TRY_START_WHICH, ESI_WIRE_INSTRUCTION_LITERAL_WHICH,
+                            ESI_WIRE_INSTRUCTION_TRY_EXCEPT_WHICH, ESI_WIRE_INSTRUCTION_LITERAL_WHICH,
+                            ESI_WIRE_INSTRUCTION_TRY_END_WHICH};
+  for (uint32_t i = 0; i < l.count; ++i) {
+    esi_wire_list_at(&l, i, &item);
+    EXPECT_EQ(esi_wire_u16(&item, ESI_WIRE_INSTRUCTION_WHICH_OFFSET), which[i]) << i;
+  }
+  const uint8_t* data;
+  size_t len;
+  esi_wire_list_at(&l, 1, &item);
+  ASSERT_EQ(esi_wire_get_data(&item, ESI_WIRE_INSTRUCTION_LITERAL_PTR, &data, &len), 0);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(data), len), std::string("<\0>", 3));
+  esi_wire_list_at(&l, 3, &item);
+  ASSERT_EQ(esi_wire_get_data(&item, ESI_WIRE_INSTRUCTION_LITERAL_PTR, &data, &len), 0);
+  EXPECT_EQ(len, 0u);
 }
 
 TEST(Wire, WelcomeEncodedInCppDecodesInC) {
