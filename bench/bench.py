@@ -70,6 +70,9 @@ ARM_LABEL = {
     "esi-off": "esi off",
     "esi-on": "esi on",
     "esi-on-aa": "esi on (A/A)",
+    "without": "without",
+    "with": "with vars, choose",
+    "with-aa": "with (A/A)",
 }
 
 
@@ -94,6 +97,54 @@ def fragment_body(uri):
 
 
 COST_FRAGMENT = b'<span class="frag">fragment</span>\n'
+
+# The ESI-language matrix (issue #9): a page with 16 variable references
+# and 4 choose blocks against the same page with their outcome written in,
+# both through esi on, for one client whose request the page reads.
+LANG_SIZES = (16 * KB, 256 * KB)
+LANG_ARMS = ("without", "with", "with-aa")
+LANG_QUERY = "?q=shoes&page=2"
+LANG_HEADERS = (
+    "Host: shop.example",
+    "Cookie: user=alice; theme=dark; session=secret",
+    "Accept-Language: en-GB,en;q=0.8,fr;q=0.5",
+    "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 "
+    "Firefox/120.0",
+)
+# (markup, what it yields for LANG_HEADERS and LANG_QUERY)
+LANG_VARS = (
+    ("$(HTTP_COOKIE{user})", "alice"),
+    ("$(HTTP_COOKIE{theme})", "dark"),
+    ("$(HTTP_COOKIE{session}|anonymous)", "anonymous"),  # not esi_cookies'
+    ("$(QUERY_STRING{q})", "shoes"),
+    ("$(QUERY_STRING{page})", "2"),
+    ("$(QUERY_STRING{sort}|price)", "price"),
+    ("$(HTTP_ACCEPT_LANGUAGE{en})", "true"),
+    ("$(HTTP_ACCEPT_LANGUAGE{de})", "false"),
+    ("$(HTTP_USER_AGENT{browser})", "MOZILLA"),
+    ("$(HTTP_USER_AGENT{os})", "UNIX"),
+    ("$(HTTP_USER_AGENT{version})", "5.0"),
+    ("$(HTTP_HOST)", "shop.example"),
+    ("$(HTTP_REFERER|direct)", "direct"),
+    ("$(HTTP_COOKIE{user})", "alice"),
+    ("$(QUERY_STRING{q})", "shoes"),
+    ("$(HTTP_COOKIE{missing}|none)", "none"),
+)
+LANG_CHOOSES = (
+    ("<esi:choose><esi:when test=\"$(HTTP_COOKIE{theme}) == 'dark'\">"
+     "<p>dark theme</p></esi:when><esi:otherwise><p>light theme</p>"
+     "</esi:otherwise></esi:choose>", "<p>dark theme</p>"),
+    ("<esi:choose><esi:when test=\"$(QUERY_STRING{page}) > 1\">"
+     "<a>previous page</a></esi:when><esi:otherwise></esi:otherwise>"
+     "</esi:choose>", "<a>previous page</a>"),
+    ("<esi:choose><esi:when test=\"$(HTTP_ACCEPT_LANGUAGE{de})\">"
+     "<p>Hallo</p></esi:when><esi:when test=\"$(HTTP_ACCEPT_LANGUAGE{en})\">"
+     "<p>Hello</p></esi:when><esi:otherwise><p>Hi</p></esi:otherwise>"
+     "</esi:choose>", "<p>Hello</p>"),
+    ("<esi:choose><esi:when test=\"$(HTTP_USER_AGENT{browser}) == 'MSIE'\">"
+     "<p>old browser</p></esi:when><esi:otherwise><p>modern browser</p>"
+     "</esi:otherwise></esi:choose>", "<p>modern browser</p>"),
+)
 
 
 def esi_tag(uri):
@@ -199,6 +250,28 @@ def cost_pages(size, kind, includes):
         page += [esi_tag(uri), piece]
         assembled += [COST_FRAGMENT, piece]
     return b"".join(page), b"".join(assembled)
+
+
+def lang_pages(size):
+    """(page with the variables and choose blocks, the same page with
+    their outcome written in) for the language matrix."""
+    rng = random.Random(size + 9)
+    pieces = split_even(cost_filler(size, "text", rng), 8)
+    marked, plain = [], []
+    for i, piece in enumerate(pieces):
+        marked.append(piece)
+        plain.append(piece)
+        if i % 2 == 0 and i // 2 < len(LANG_CHOOSES):
+            markup, outcome = LANG_CHOOSES[i // 2]
+            marked.append(markup.encode())
+            plain.append(outcome.encode())
+        elif i % 2 == 1:
+            refs = LANG_VARS[(i // 2) * 4:(i // 2) * 4 + 4]
+            marked.append(("<esi:vars><ul>%s</ul></esi:vars>" % "".join(
+                "<li>%s</li>" % m for m, _ in refs)).encode())
+            plain.append(("<ul>%s</ul>" % "".join(
+                "<li>%s</li>" % v for _, v in refs)).encode())
+    return b"".join(marked), b"".join(plain)
 
 
 def size_label(size):
@@ -392,6 +465,13 @@ TARGET_HTTP = """\
 @@PAGE_DIRECTIVES@@
         }
 
+        location /lang/ {
+            proxy_pass http://origin;
+            proxy_cache pages;
+            proxy_cache_valid 200 1h;
+@@PAGE_DIRECTIVES@@
+        }
+
         location ~ "^/f[0-9]+/" {
             proxy_pass http://origin;
         }
@@ -549,6 +629,15 @@ class Bench:
                     self.expected[("cost", row, "on")] = assembled
                     self.expected[("cost", row, "off")] = page
                     self.urls[("cost", row)] = "/cost/" + name
+        os.makedirs(os.path.join(www, "lang"), exist_ok=True)
+        for size in LANG_SIZES:
+            marked, plain = lang_pages(size)
+            for arm, data in (("with", marked), ("without", plain)):
+                name = "%d-%s.html" % (size // KB, arm)
+                with open(os.path.join(www, "lang", name), "wb") as f:
+                    f.write(data)
+                self.urls[("lang", size, arm)] = "/lang/" + name + LANG_QUERY
+            self.expected[("lang", size)] = plain
 
     def start(self):
         self.write_pages()
@@ -589,7 +678,8 @@ class Bench:
                 or not esid.alive():
             raise RuntimeError("esid did not start:\n" + esid.stderr())
         http = target_http("esi", "/esi/", "            esi on;",
-                           "    esi_daemon unix:%s;" % sock, "$esi_status")
+                           "    esi_daemon unix:%s;\n"
+                           "    esi_cookies user theme;" % sock, "$esi_status")
         proc, port = self.nginx("esi", http, "load_module %s;" % module)
         self.targets["esi"] = Target("esi", port, [proc, esid])
         log("esi      on 127.0.0.1:%d (nginx + module + esid)" % port)
@@ -598,6 +688,7 @@ class Bench:
         http = target_http("esiplan", "/esi/",
                            "            esi on;\n            esi_plan plans;",
                            "    esi_daemon unix:%s;\n"
+                           "    esi_cookies user theme;\n"
                            "    esi_plan_zone plans:64m;" % sock,
                            "$esi_status")
         proc, port = self.nginx("esiplan", http, "load_module %s;" % module)
@@ -671,13 +762,15 @@ class Bench:
 
     # -- checking ------------------------------------------------------
 
-    def fetch(self, url, accept_gzip):
+    def fetch(self, url, accept_gzip, request_headers=()):
         """(status, headers, decoded body or None, note) via curl."""
         hdr = os.path.join(self.tmp, "curl.headers")
         body = os.path.join(self.tmp, "curl.body")
         argv = ["curl", "-sS", "--max-time", "15", "-D", hdr, "-o", body]
         if accept_gzip:
             argv += ["-H", "Accept-Encoding: gzip"]
+        for h in request_headers:
+            argv += ["-H", h]
         r = subprocess.run(argv + [url], capture_output=True, text=True)
         if r.returncode != 0:
             return None, {}, None, "curl failed: " + r.stderr.strip()
@@ -701,13 +794,13 @@ class Bench:
             note = "not gzip-encoded"
         return status, headers, data, note
 
-    def verify(self, target, path, expected, accept_gzip):
+    def verify(self, target, path, expected, accept_gzip, headers=()):
         """None if the target answers `expected` three times (a miss, a
         hit, and a hit again: the first that a parse plan replays), else
         what differs."""
         for attempt in ("first", "second", "third"):
-            status, headers, data, note = self.fetch(target.url(path),
-                                                     accept_gzip)
+            status, _, data, note = self.fetch(target.url(path),
+                                               accept_gzip, headers)
             if data is None:
                 return "%s fetch: %s" % (attempt, note)
             if status != 200:
@@ -726,13 +819,15 @@ class Bench:
 
     # -- timing --------------------------------------------------------
 
-    def wrk(self, target, path, accept_gzip, duration):
+    def wrk(self, target, path, accept_gzip, duration, headers=()):
         """One wrk run: dict of rps, p50, p99 (ms), requests, errors, cpu."""
         argv = ["wrk", "-t%d" % self.args.threads,
                 "-c%d" % self.args.connections, "-d%ds" % duration,
                 "--timeout", "10s", "--latency"]
         if accept_gzip:
             argv += ["-H", "Accept-Encoding: gzip"]
+        for h in headers:
+            argv += ["-H", h]
         argv.append(target.url(path))
         pids = target.pids()
         esid = [p.pid for p in target.procs if p.name == "esid"]
@@ -811,10 +906,12 @@ def summarize(runs):
     }
 
 
-def measure_rows(bench, rows, arms, resolve, accept_gzip, runs, duration):
+def measure_rows(bench, rows, arms, resolve, accept_gzip, runs, duration,
+                 headers=()):
     """For each row, `runs` rounds over `arms`, each round measuring every
     arm once (interleaved, so slow drift on a shared machine hits all
-    arms alike).  resolve(row, arm) -> (target, path, expected)."""
+    arms alike).  resolve(row, arm) -> (target, path, expected); headers
+    go with every request."""
     results = {}
     for row in rows:
         verified = {}
@@ -823,7 +920,8 @@ def measure_rows(bench, rows, arms, resolve, accept_gzip, runs, duration):
             if arm.endswith("-aa"):
                 verified[arm] = verified[arm[:-3]]
                 continue
-            problem = bench.verify(target, path, expected, accept_gzip)
+            problem = bench.verify(target, path, expected, accept_gzip,
+                                   headers)
             verified[arm] = problem
             if problem:
                 log("%s %s: DIFFERS, not timed: %s" % (
@@ -836,7 +934,7 @@ def measure_rows(bench, rows, arms, resolve, accept_gzip, runs, duration):
                     continue
                 target, path, _ = resolve(row, arm)
                 collected[arm].append(bench.wrk(target, path, accept_gzip,
-                                                duration))
+                                                duration, headers))
         row_results = {}
         for arm in arms:
             if verified[arm]:
@@ -849,6 +947,8 @@ def measure_rows(bench, rows, arms, resolve, accept_gzip, runs, duration):
 
 
 def row_label(row):
+    if row[0] == "lang":
+        return "%s plans %s" % (size_label(row[1]), row[2])
     if len(row) == 2:
         return "N=%d D=%dms" % row
     return "%s %s %d includes" % (size_label(row[0]), row[1], row[2])
@@ -960,8 +1060,8 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
-def write_results(args, info, main_res, cost_res, started, load_before,
-                  load_after, elapsed):
+def write_results(args, info, main_res, cost_res, lang_res, started,
+                  load_before, load_after, elapsed):
     os.makedirs(args.results, exist_ok=True)
     stamp = started.strftime("%Y-%m-%d")
     base = os.path.join(args.results, "%s-%s" % (stamp, args.mode))
@@ -982,9 +1082,13 @@ def write_results(args, info, main_res, cost_res, started, load_before,
             for arm, r in arms.items():
                 w.writerow(["cost", "", "", row[0], row[1], row[2]]
                            + csv_arm(arm, r))
+        for row, arms in lang_res.items():
+            for arm, r in arms.items():
+                w.writerow(["language", "", "", row[1], "plans " + row[2],
+                            ""] + csv_arm(arm, r))
 
-    md = markdown(args, info, main_res, cost_res, started, load_before,
-                  load_after, elapsed)
+    md = markdown(args, info, main_res, cost_res, lang_res, started,
+                  load_before, load_after, elapsed)
     with open(base + ".md", "w") as f:
         f.write(md)
     plots = plot(args, base, main_res, cost_res)
@@ -994,7 +1098,8 @@ def write_results(args, info, main_res, cost_res, started, load_before,
 TARGET_OF_ARM = {"esi": "esi", "esi-aa": "esi", "esiplan": "esiplan",
                  "varnish": "varnish", "ssi": "ssi", "noesi": "noesi",
                  "esi-off": "noesi", "esi-on": "esi", "esi-plan": "esiplan",
-                 "esi-on-aa": "esi"}
+                 "esi-on-aa": "esi", "without": "esi", "with": "esi",
+                 "with-aa": "esi"}
 
 
 def csv_arm(arm, r):
@@ -1015,7 +1120,7 @@ def cell(r, key, f):
     return f(r[key])
 
 
-def markdown(args, info, main_res, cost_res, started, load_before,
+def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
              load_after, elapsed):
     L = []
     L.append("## %s run, %s" % (args.mode, started.strftime("%Y-%m-%d %H:%M")))
@@ -1125,20 +1230,47 @@ def markdown(args, info, main_res, cost_res, started, load_before,
                         cell(r["esi-plan"], "cpu_us", fmt),
                         cell(r["esi-plan"], "cpu_us_esid", fmt)))
         L.append("")
-    bad = [(row, arm) for res in (main_res, cost_res)
-           for row, arms in res.items() for arm, r in arms.items()
+    if lang_res:
+        L.append("### The ESI language: 16 variables and 4 choose blocks "
+                 "against the same page with their outcome written in, "
+                 "esi on, cached page, plain client")
+        L.append("")
+        L.append("| page | plans | without rps | with rps | A/A rps | A/A "
+                 "drift | with / without | without p99 ms | with p99 ms | "
+                 "without CPU us/req | with CPU us/req | of it esid |")
+        L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for row, r in lang_res.items():
+            L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s "
+                     "| %s |" % (
+                         size_label(row[1]), row[2],
+                         cell(r["without"], "rps", fmt),
+                         cell(r["with"], "rps", fmt),
+                         cell(r["with-aa"], "rps", fmt),
+                         pct(ratio(r["with"], r["with-aa"])),
+                         fmt_ratio(ratio(r["with"], r["without"])),
+                         cell(r["without"], "p99", fmt_ms),
+                         cell(r["with"], "p99", fmt_ms),
+                         cell(r["without"], "cpu_us", fmt),
+                         cell(r["with"], "cpu_us", fmt),
+                         cell(r["with"], "cpu_us_esid", fmt)))
+        L.append("")
+    every = {}
+    for res in (main_res, cost_res, lang_res):
+        every.update(res)
+    bad = [(row, arm) for row, arms in every.items()
+           for arm, r in arms.items()
            if "differs" not in r and (r["errors"] or r["unprocessed"])]
     if bad:
         L.append("Runs with errors or unprocessed responses (wrk socket "
                  "errors/non-2xx, or `$esi_status` other than `processed`): " +
                  "; ".join("%s %s: %d errors, %d unprocessed" % (
                      row_label(row), ARM_LABEL[arm],
-                     (main_res.get(row) or cost_res[row])[arm]["errors"],
-                     (main_res.get(row) or cost_res[row])[arm]["unprocessed"])
+                     every[row][arm]["errors"],
+                     every[row][arm]["unprocessed"])
                      for row, arm in bad) + ".")
         L.append("")
-    differs = [(row, arm, r["differs"]) for res in (main_res, cost_res)
-               for row, arms in res.items() for arm, r in arms.items()
+    differs = [(row, arm, r["differs"]) for row, arms in every.items()
+               for arm, r in arms.items()
                if "differs" in r and not arm.endswith("-aa")]
     if differs:
         L.append("Targets whose output differed from the expected page (not "
@@ -1269,6 +1401,8 @@ def main():
     if args.mode == "smoke":
         cost_rows = [(s, k, i) for s in COST_SIZES for k in COST_KINDS
                      for i in COST_INCLUDES]
+    lang_rows = [("lang", s, plans) for s in LANG_SIZES
+                 for plans in ("off", "on")]
     # Under 2 s a run can end before a 32 x 50 ms page (1.6 s at Varnish)
     # completes at all.
     if (args.duration or 2) < 2 or (args.cost_duration or 2) < 1:
@@ -1305,6 +1439,12 @@ def main():
                     bench.urls[("cost", row)],
                     bench.expected[("cost", row, "on")])
 
+        def resolve_lang(row, arm):
+            _, size, plans = row
+            return (targets["esiplan" if plans == "on" else "esi"],
+                    bench.urls[("lang", size, arm.replace("-aa", ""))],
+                    bench.expected[("lang", size)])
+
         if args.mode == "smoke":
             failed = passed = 0
             for row in rows:
@@ -1323,12 +1463,22 @@ def main():
                                             problem or "ok"))
                     failed += bool(problem)
                     passed += not problem
+            for row in lang_rows:
+                for arm in LANG_ARMS[:-1]:
+                    t, path, exp = resolve_lang(row, arm)
+                    problem = bench.verify(t, path, exp, False, LANG_HEADERS)
+                    log("%-22s %-16s %s" % (row_label(row), ARM_LABEL[arm],
+                                            problem or "ok"))
+                    failed += bool(problem)
+                    passed += not problem
             # Each plan arm's third fetch was a planned hit.
             planned = bench.esid_stats()["planned"]
+            expected = len(rows) + len(cost_rows) + sum(
+                len(LANG_ARMS) - 1 for row in lang_rows if row[2] == "on")
             log("planned hits: %d" % planned)
-            if planned < len(rows) + len(cost_rows):
+            if planned < expected:
                 log("the plan arms replayed %d plans, expected at least %d" % (
-                    planned, len(rows) + len(cost_rows)))
+                    planned, expected))
                 failed += 1
             for name, t in targets.items():
                 if not t.alive():
@@ -1346,16 +1496,21 @@ def main():
             args.mode, len(rows), len(MAIN_ARMS), args.runs, args.duration,
             "; cost: %d rows x %d arms x %d runs x %d s" % (
                 len(cost_rows), len(COST_ARMS), args.runs,
-                args.cost_duration) if cost_rows else ""))
+                args.cost_duration) if cost_rows else "") +
+            "; language: %d rows x %d arms" % (len(lang_rows), len(LANG_ARMS)))
         main_res = measure_rows(bench, rows, MAIN_ARMS, resolve_main, True,
                                 args.runs, args.duration)
         cost_res = measure_rows(bench, cost_rows, COST_ARMS, resolve_cost,
                                 False, args.runs, args.cost_duration)
+        lang_res = measure_rows(bench, lang_rows, LANG_ARMS, resolve_lang,
+                                False, args.runs, args.cost_duration,
+                                LANG_HEADERS)
         for name, t in targets.items():
             if not t.alive():
                 raise RuntimeError("%s died during the run" % name)
         elapsed = time.monotonic() - t0
         base, md, plots = write_results(args, info, main_res, cost_res,
+                                        lang_res,
                                         started, load_before, loadavg(),
                                         elapsed)
         print()
