@@ -3778,20 +3778,35 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     if (last) {
-        if (ctx->zbuf == NULL && ngx_http_esi_inflate_buf(r, ctx) != NGX_OK) {
+
+        /*
+         * the end in a buffer without memory, as gunzip ends: an empty one
+         * of ours would be a "zero size buf" to the writer once it goes
+         * out as it is, after a fallback
+         */
+
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
             return NGX_ERROR;
         }
+
+        b->sync = 1;
 
         if (r == r->main) {
-            ctx->zbuf->last_buf = 1;
+            b->last_buf = 1;
 
         } else {
-            ctx->zbuf->last_in_chain = 1;
+            b->last_in_chain = 1;
         }
 
-        if (ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK) {
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
             return NGX_ERROR;
         }
+
+        cl->buf = b;
+        cl->next = NULL;
+        *ll = cl;
 
         esi_inflate_end(&ctx->gunzip);
         ctx->zstarted = 0;
