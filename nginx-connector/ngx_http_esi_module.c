@@ -15,12 +15,12 @@
 
 #include <sys/mman.h>
 
-#if (NGX_ZLIB)
-#include <zlib.h>
-#endif
-
 #include <esi/ring.h>
 #include "esi_wire.h"
+
+#if (NGX_ZLIB)
+#include "esi_inflate.h"
+#endif
 
 
 /* r->buffered has four bits, all taken; this one is the image filter's */
@@ -266,7 +266,7 @@ typedef struct ngx_http_esi_ctx_s {
     off_t                      fragment_room; /* esi_max_fragment_size left */
 
 #if (NGX_ZLIB)
-    z_stream                   zstream;     /* a gzipped body's inflate */
+    esi_inflate_t              gunzip;      /* a gzipped body's inflate */
 #endif
     ngx_buf_t                 *zbuf;        /* being inflated into */
     ngx_chain_t               *zfree;       /* inflated buffers to reuse */
@@ -274,7 +274,6 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   stream:1;    /* this body goes to esid */
     unsigned                   inflate:1;   /* ... after we inflate it */
     unsigned                   zstarted:1;
-    unsigned                   zend:1;      /* at the end of a gzip member */
     unsigned                   zerror:1;    /* the gzip body is broken */
     unsigned                   fragment:1;  /* a sequential include */
     unsigned                   discard:1;   /* ... that failed */
@@ -454,8 +453,6 @@ static ngx_int_t ngx_http_esi_body_filter(ngx_http_request_t *r,
 #if (NGX_ZLIB)
 static ngx_int_t ngx_http_esi_inflate(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t *in, ngx_chain_t **out);
-static ngx_int_t ngx_http_esi_inflate_start(ngx_http_request_t *r,
-    ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_inflate_buf(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_inflate_out(ngx_http_request_t *r,
@@ -4242,8 +4239,16 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ll = out;
     last = 0;
 
-    if (!ctx->zstarted && ngx_http_esi_inflate_start(r, ctx) != NGX_OK) {
-        return NGX_ERROR;
+    if (!ctx->zstarted) {
+        rc = esi_inflate_init(&ctx->gunzip, ngx_http_esi_inflate_alloc,
+                              ngx_http_esi_inflate_free, r);
+        if (rc != Z_OK) {
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "inflateInit2() failed: %d", rc);
+            return NGX_ERROR;
+        }
+
+        ctx->zstarted = 1;
     }
 
     for (cl = in; cl; cl = cl->next) {
@@ -4264,23 +4269,7 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
             return NGX_ERROR;
         }
 
-        ctx->zstream.next_in = b->pos;
-        ctx->zstream.avail_in = b->last - b->pos;
-
         for ( ;; ) {
-
-            if (ctx->zend && ctx->zstream.avail_in) {
-
-                /* a gzip member ended and another one follows */
-
-                if (inflateReset(&ctx->zstream) != Z_OK) {
-                    ngx_http_esi_inflate_failed(r, ctx, "inflateReset()",
-                                                Z_STREAM_ERROR);
-                    return NGX_ERROR;
-                }
-
-                ctx->zend = 0;
-            }
 
             if (ctx->zbuf == NULL
                 && ngx_http_esi_inflate_buf(r, ctx) != NGX_OK)
@@ -4288,49 +4277,28 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
                 return NGX_ERROR;
             }
 
-            rc = inflate(&ctx->zstream, Z_NO_FLUSH);
+            rc = esi_inflate(&ctx->gunzip, &b->pos, b->last,
+                             &ctx->zbuf->last, ctx->zbuf->end);
 
-            b->pos = ctx->zstream.next_in;
-            ctx->zbuf->last = ctx->zstream.next_out;
-
-            if (rc == Z_STREAM_END) {
-                ctx->zend = 1;
-
-            } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-                ngx_http_esi_inflate_failed(r, ctx, "corrupt", rc);
-                return NGX_ERROR;
-            }
-
-            if (ctx->zstream.avail_out == 0) {
-
-                /* full: zlib may have more for the next buffer */
-
-                if (ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK) {
-                    return NGX_ERROR;
-                }
-
-                continue;
-            }
-
-            if (ctx->zstream.avail_in == 0) {
+            if (rc == ESI_INFLATE_AGAIN) {
                 break;
             }
 
-            if (!ctx->zend) {
+            if (rc == ESI_INFLATE_CORRUPT) {
+                ngx_http_esi_inflate_failed(r, ctx, "corrupt",
+                                            ctx->gunzip.rc);
+                return NGX_ERROR;
+            }
 
-                /* neither input nor output space left to explain */
+            /* full: zlib may have more for the next buffer */
 
-                ngx_http_esi_inflate_failed(r, ctx, "corrupt", rc);
+            if (ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK) {
                 return NGX_ERROR;
             }
         }
-
-        /* the compressed bytes are ours to drop as soon as inflated */
-
-        b->pos = b->last;
     }
 
-    if (last && !ctx->zend) {
+    if (last && !esi_inflate_complete(&ctx->gunzip)) {
         ngx_http_esi_inflate_failed(r, ctx, "truncated", Z_BUF_ERROR);
         return NGX_ERROR;
     }
@@ -4344,52 +4312,40 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     if (last) {
-        if (ctx->zbuf == NULL && ngx_http_esi_inflate_buf(r, ctx) != NGX_OK) {
+
+        /*
+         * the end in a buffer without memory, as gunzip ends: an empty one
+         * of ours would be a "zero size buf" to the writer once it goes
+         * out as it is, after a fallback
+         */
+
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
             return NGX_ERROR;
         }
+
+        b->sync = 1;
 
         if (r == r->main) {
-            ctx->zbuf->last_buf = 1;
+            b->last_buf = 1;
 
         } else {
-            ctx->zbuf->last_in_chain = 1;
+            b->last_in_chain = 1;
         }
 
-        if (ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK) {
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
             return NGX_ERROR;
         }
 
-        (void) inflateEnd(&ctx->zstream);
+        cl->buf = b;
+        cl->next = NULL;
+        *ll = cl;
+
+        esi_inflate_end(&ctx->gunzip);
         ctx->zstarted = 0;
         ctx->inflate = 0;
     }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_esi_inflate_start(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
-{
-    int  rc;
-
-    ctx->zstream.next_in = Z_NULL;
-    ctx->zstream.avail_in = 0;
-
-    ctx->zstream.zalloc = ngx_http_esi_inflate_alloc;
-    ctx->zstream.zfree = ngx_http_esi_inflate_free;
-    ctx->zstream.opaque = r;
-
-    /* windowBits +16 to decode gzip, zlib 1.2.0.4+ */
-    rc = inflateInit2(&ctx->zstream, MAX_WBITS + 16);
-
-    if (rc != Z_OK) {
-        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                      "inflateInit2() failed: %d", rc);
-        return NGX_ERROR;
-    }
-
-    ctx->zstarted = 1;
 
     return NGX_OK;
 }
@@ -4426,8 +4382,6 @@ ngx_http_esi_inflate_buf(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     }
 
     ctx->zbuf = b;
-    ctx->zstream.next_out = b->pos;
-    ctx->zstream.avail_out = b->end - b->start;
 
     return NGX_OK;
 }
@@ -4451,7 +4405,6 @@ ngx_http_esi_inflate_out(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     *last = &cl->next;
 
     ctx->zbuf = NULL;
-    ctx->zstream.avail_out = 0;
 
     return NGX_OK;
 }
@@ -4463,13 +4416,16 @@ static void
 ngx_http_esi_inflate_failed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     const char *what, int rc)
 {
+    const char  *msg;
+
     if (what) {
+        msg = esi_inflate_message(&ctx->gunzip);
+
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "esi: %s gzip body from upstream (inflate() %d%s%s) "
                       "after %uL decoded bytes, response cut off",
-                      what, rc, ctx->zstream.msg ? ": " : "",
-                      ctx->zstream.msg ? ctx->zstream.msg : "",
-                      (uint64_t) ctx->zstream.total_out);
+                      what, rc, *msg ? ": " : "", msg,
+                      ctx->gunzip.total);
     }
 
     ctx->zerror = 1;

@@ -83,15 +83,16 @@ done
 cppcheck "${cppcheck_common[@]}" --std=c99 --language=c \
     --library=posix,zlib -D__linux__ -D__GNUC__ \
     "${ngx_incs[@]}" -I include -I nginx-connector -I "$build/proto/c" \
-    nginx-connector/esi_wire.c nginx-connector/ngx_http_esi_module.c
+    nginx-connector/esi_wire.c nginx-connector/esi_inflate.c \
+    nginx-connector/ngx_http_esi_module.c
 c=$?
 result $((cxx | c)) cppcheck
 
 # clang-tidy: .clang-tidy's checks over every daemon source and the
-# connector's esi_wire.c as the build compiles them; the tests are not
-# checked (gtest's macros are a world of their own).
+# connector's esi_wire.c and esi_inflate.c as the build compiles them; the
+# tests are not checked (gtest's macros are a world of their own).
 run-clang-tidy -quiet -j "$jobs" -p "$build" \
-    "^$root/(daemon/(?!.*-test\\.cc\$).*\\.cc|nginx-connector/esi_wire\\.c)\$" \
+    "^$root/(daemon/(?!.*-test\\.cc\$).*\\.cc|nginx-connector/esi_(wire|inflate)\\.c)\$" \
     2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' \
                -e '/^clang-tidy[-0-9]* /d' -e '/^[0-9]* warnings* generated\.$/d'
 tidy=${PIPESTATUS[0]}

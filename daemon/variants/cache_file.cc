@@ -82,8 +82,11 @@ std::optional<CacheFile> parseCacheFile(std::string_view head, std::string* why)
   }
   if (head.substr(kHeaderSize, kKeyPrefix.size()) != kKeyPrefix) return refuse("no KEY line");
 
+  // A head that ends before header_start has the KEY line cut.
+  if (headerStart > head.size()) return refuse("shorter than its header says");
+
   // The key runs up to the "\n" just before header_start.
-  const size_t keyEnd = std::min(headerStart, head.size()) - 1;
+  const size_t keyEnd = headerStart - 1;
   if (keyEnd < kHeaderSize + kKeyPrefix.size() || head[keyEnd] != '\n') {
     return refuse("KEY line does not end where the response begins");
   }
@@ -96,9 +99,7 @@ std::optional<CacheFile> parseCacheFile(std::string_view head, std::string* why)
   if (varyLen > kVaryMax) return refuse("Vary longer than NGINX stores");
   file.vary.assign(head.substr(kVaryAt, varyLen));
 
-  if (headerStart < head.size()) {
-    readTags(head.substr(headerStart, std::min(bodyStart, head.size()) - headerStart), file.tags);
-  }
+  readTags(head.substr(headerStart, std::min(bodyStart, head.size()) - headerStart), file.tags);
   return file;
 }
 

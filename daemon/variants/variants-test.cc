@@ -73,6 +73,19 @@ TEST(CacheFile, EveryTruncationIsRefusedOrParsedWithoutOverrun) {
   }
 }
 
+// Found by fuzz_cache_file: a head cut inside the KEY line, right after a
+// "\n" of the key, was read as a file with a shorter key.
+TEST(CacheFile, HeadEndingBeforeHeaderStartIsRefused) {
+  const std::string whole = cacheFile("/a\nb", "Surrogate-Key: t\r\n");
+  const size_t cut = whole.find("/a\n") + 3;
+  std::string why;
+  EXPECT_FALSE(parseCacheFile(whole.substr(0, cut), &why));
+  EXPECT_EQ(why, "shorter than its header says");
+  auto file = parseCacheFile(whole, &why);
+  ASSERT_TRUE(file) << why;
+  EXPECT_EQ(file->key, "/a\nb");
+}
+
 TEST(CacheFile, WrongVersionIsRefused) {
   std::string bytes = cacheFile("/k", "");
   bytes[0] = 4;

@@ -168,7 +168,9 @@ class Connection {
   template <typename Fill = void (*)(esi_wire_out_t*)>
   void request(uint32_t stream, uint16_t which,
                Fill fill = [](esi_wire_out_t*) {}) {
-    uint64_t buf[32];  // room for an Open (protocol 3) and its two texts
+    // An Open and its two texts, with room for what the schema adds (proto
+    // 3's Open no longer fitted in 16 words).
+    uint64_t buf[64];
     esi_wire_builder_t b;
     esi_wire_out_t req;
     esi_wire_builder_init(&b, buf, sizeof(buf));

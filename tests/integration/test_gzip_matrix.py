@@ -265,6 +265,24 @@ class BrokenGzipTest(EsiTestCase):
         self.assertBody("/raw/page", self.EXPECTED)
 
 
+class GzipFallbackTest(EsiTestCase):
+    """A gzipped page that falls back goes on inflated and unprocessed, to
+    its end: the end of the inflated body is a buffer the writer takes."""
+
+    LOCATION = "esi_max_page_size 64k;"
+
+    # The include is the last thing: what went out processed is raw too.
+    PAGE, _ = big_page(200 * 1024, every=None)
+
+    def test_gzipped_page_past_max_page_size_passes_through_whole(self):
+        self.origin.route("/page", self.PAGE, gzip=True)
+        self.origin.route("/esi/frag", FRAGMENT)
+        r = self.fetch("/page")
+        self.assertTrue(r.complete, "cut off: %r" % (r,))
+        self.assertEqual(r.body, self.PAGE.encode())
+        self.assertIn("is larger than esi_max_page_size", self.error_log())
+
+
 class SmallInflateBufferTest(EsiTestCase):
     LOCATION = GZIP_OUT + " esi_buffer_size 1k;"
 
