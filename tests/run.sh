@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The whole gate: dependencies, a RelWithDebInfo build and every ctest test,
-# then an ASan+UBSan build of esid, the unit tests, nginx and the module and
-# every ctest test again.  Ends with one line "N passed, N failed"; exits
-# non-zero on any failure.
+# The whole gate: dependencies, a RelWithDebInfo build (esid, the module)
+# and its integration tests, then an ASan+UBSan build of esid, the unit
+# tests, nginx and the module, and every ctest test; then fuzzing, the bench
+# smoke, static checks, the build matrix and the packages.  Ends with one
+# line "N passed, N failed"; exits non-zero on any failure.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -60,7 +61,8 @@ if ! bash packaging/deps.sh; then
     failed=$((failed + 1))
 fi
 
-suite build
+# The unit tests are built and run once, in the sanitized build below.
+suite build -DESI_UNIT_TESTS=OFF
 
 # Everything under AddressSanitizer and UBSan: esid and the unit tests, and
 # for the integration tests an nginx built from Debian's source (apt-get
