@@ -61,8 +61,9 @@ if ! bash packaging/deps.sh; then
     failed=$((failed + 1))
 fi
 
-# The unit tests are built and run once, in the sanitized build below.
-suite build -DESI_UNIT_TESTS=OFF
+# The unit tests are built and run once, in the sanitized build below.  Not
+# a unity build: the static checks read its compile_commands.json.
+suite build -DESI_UNIT_TESTS=OFF -DCMAKE_UNITY_BUILD=OFF
 
 # Everything under AddressSanitizer and UBSan: esid and the unit tests, and
 # for the integration tests an nginx built from Debian's source (apt-get

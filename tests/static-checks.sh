@@ -38,7 +38,8 @@ ngx=$build/nginx-connector/nginx
 if [ ! -f "$build/compile_commands.json" ] || [ ! -f "$ngx/objs/ngx_auto_config.h" ] ||
    [ ! -f "$build/esid" ]; then
     echo "static-checks: building $build first"
-    if ! { cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+    if ! { cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+                 -DCMAKE_UNITY_BUILD=OFF &&
            cmake --build "$build" -j"$jobs"; } >/dev/null; then
         echo "static-checks: the build of $build failed"
         echo "static-checks: 0 passed, 2 failed"
@@ -91,6 +92,14 @@ result $((cxx | c)) cppcheck
 # clang-tidy: .clang-tidy's checks over every daemon source and the
 # connector's esi_wire.c and esi_inflate.c as the build compiles them; the
 # tests are not checked (gtest's macros are a world of their own).
+# A unity build's compile_commands.json names no source of ours: nothing
+# would be checked.
+if ! grep -q "\"file\": \"$root/daemon/engine/stream.cc\"" "$build/compile_commands.json"; then
+    echo "static-checks: $build is a unity build (configure it with" \
+         "-DCMAKE_UNITY_BUILD=OFF): clang-tidy would check nothing"
+    echo "static-checks: $passed passed, $((failed + 1)) failed"
+    exit 1
+fi
 run-clang-tidy -quiet -j "$jobs" -p "$build" \
     "^$root/(daemon/(?!.*-test\\.cc\$).*\\.cc|nginx-connector/esi_(wire|inflate)\\.c)\$" \
     2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' \
