@@ -254,8 +254,9 @@ class Connection {
       uint64_t end = 0;
       for (uint32_t i = 0; i < list.count; ++i) {
         esi_wire_list_at(&list, i, &instruction);
-        if (esi_wire_u16(&instruction, ESI_WIRE_INSTRUCTION_WHICH_OFFSET) ==
-            ESI_WIRE_INSTRUCTION_VERBATIM_WHICH) {
+        const uint16_t kind =
+            esi_wire_u16(&instruction, ESI_WIRE_INSTRUCTION_WHICH_OFFSET);
+        if (kind == ESI_WIRE_INSTRUCTION_VERBATIM_WHICH) {
           const uint64_t offset = esi_wire_u64(
               &instruction, ESI_WIRE_INSTRUCTION_VERBATIM_OFFSET_OFFSET);
           const uint32_t n = esi_wire_u32(
@@ -263,7 +264,7 @@ class Connection {
           FUZZ_CHECK(offset >= end && offset <= *sentBytes &&
                      n <= *sentBytes - offset);
           end = offset + n;
-        } else {
+        } else if (kind == ESI_WIRE_INSTRUCTION_INCLUDE_WHICH) {
           const char* path;
           size_t pathLength;
           FUZZ_CHECK(esi_wire_get_struct(&instruction,
@@ -272,6 +273,17 @@ class Connection {
           FUZZ_CHECK(esi_wire_get_text(&include, ESI_WIRE_INCLUDE_PATH_PTR,
                                        &path, &pathLength) == 0);
           FUZZ_CHECK(pathLength == 0 || path[0] == '/');
+        } else if (kind == ESI_WIRE_INSTRUCTION_LITERAL_WHICH) {
+          // proto/README.md: a literal is never empty.
+          const uint8_t* bytes;
+          size_t n;
+          FUZZ_CHECK(esi_wire_get_data(&instruction,
+                                       ESI_WIRE_INSTRUCTION_LITERAL_PTR,
+                                       &bytes, &n) == 0 && n > 0);
+        } else {
+          FUZZ_CHECK(kind == ESI_WIRE_INSTRUCTION_TRY_START_WHICH ||
+                     kind == ESI_WIRE_INSTRUCTION_TRY_EXCEPT_WHICH ||
+                     kind == ESI_WIRE_INSTRUCTION_TRY_END_WHICH);
         }
       }
       if (esi_ring_release(&toWorker_)) wake(fds_[2]);
