@@ -332,6 +332,14 @@ typedef struct {
 } ngx_http_esi_purge_t;
 
 
+/* a file NGINX stores: reported when its request is over */
+
+typedef struct {
+    ngx_http_request_t        *request;
+    ngx_pool_t                *pool;
+} ngx_http_esi_stored_t;
+
+
 /* a message for esid waiting for room in the ring */
 
 typedef struct {
@@ -437,8 +445,12 @@ static void ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_header_filter(ngx_http_request_t *r);
 static void ngx_http_esi_report(ngx_http_request_t *r,
     ngx_http_esi_main_conf_t *emcf);
+static void ngx_http_esi_report_stored(void *data);
+static void ngx_http_esi_report_object(ngx_http_request_t *r,
+    ngx_pool_t *pool, ngx_uint_t store);
 static ngx_int_t ngx_http_esi_report_file(ngx_http_request_t *r,
-    ngx_str_t *zone, ngx_str_t *key, u_char *file, ngx_str_t *tags);
+    ngx_pool_t *pool, ngx_str_t *zone, ngx_str_t *key, u_char *file,
+    ngx_str_t *tags);
 static ngx_uint_t ngx_http_esi_encoding(ngx_http_request_t *r);
 static ngx_table_elt_t *ngx_http_esi_find_header(ngx_list_t *headers,
     const char *name);
@@ -3529,16 +3541,10 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 static void
 ngx_http_esi_report(ngx_http_request_t *r, ngx_http_esi_main_conf_t *emcf)
 {
-    u_char            *p;
-    size_t             len;
-    ngx_str_t          key, tags, *name, *k;
-    ngx_uint_t         i, n, store;
-    ngx_list_part_t   *part;
-    ngx_table_elt_t   *h;
-    ngx_shm_zone_t   **zone;
-    ngx_http_cache_t  *c;
-
-    c = r->cache;
+    ngx_uint_t              i, store;
+    ngx_shm_zone_t        **zone;
+    ngx_pool_cleanup_t     *cln;
+    ngx_http_esi_stored_t  *stored;
 
     store = (r->upstream && r->upstream->cacheable && !r->cached);
 
@@ -3549,7 +3555,7 @@ ngx_http_esi_report(ngx_http_request_t *r, ngx_http_esi_main_conf_t *emcf)
     zone = emcf->purge_zones.elts;
 
     for (i = 0; i < emcf->purge_zones.nelts; i++) {
-        if (zone[i] == c->file_cache->shm_zone) {
+        if (zone[i] == r->cache->file_cache->shm_zone) {
             break;
         }
     }
@@ -3558,7 +3564,61 @@ ngx_http_esi_report(ngx_http_request_t *r, ngx_http_esi_main_conf_t *emcf)
         return;
     }
 
-    name = &zone[i]->shm.name;
+    if (!store) {
+        ngx_http_esi_report_object(r, r->pool, 0);
+        return;
+    }
+
+    /*
+     * NGINX renames a stored file into place once the body is in.  Reported
+     * now, a purge in between would find no file, and esid would forget one
+     * that then appears: reported when the request is over instead.
+     */
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_esi_stored_t));
+    if (cln == NULL) {
+        return;
+    }
+
+    stored = cln->data;
+    stored->request = r;
+    stored->pool = r->pool;
+
+    cln->handler = ngx_http_esi_report_stored;
+}
+
+
+/*
+ * r->pool is being destroyed, and r->pool is NULL by now
+ * (ngx_http_free_request): the pool itself, which its cleanups may still
+ * allocate from, is what the report is built in.
+ */
+
+static void
+ngx_http_esi_report_stored(void *data)
+{
+    ngx_http_esi_stored_t *stored = data;
+
+    ngx_http_esi_report_object(stored->request, stored->pool, 1);
+}
+
+
+/* a file of a zone esid indexes: its key, its file name and its tags */
+
+static void
+ngx_http_esi_report_object(ngx_http_request_t *r, ngx_pool_t *pool,
+    ngx_uint_t store)
+{
+    u_char            *p;
+    size_t             len;
+    ngx_str_t          key, tags, *name, *k;
+    ngx_uint_t         i, n;
+    ngx_list_part_t   *part;
+    ngx_table_elt_t   *h;
+    ngx_http_cache_t  *c;
+
+    c = r->cache;
+    name = &c->file_cache->shm_zone->shm.name;
 
     if (ngx_http_esi_daemon.state == NGX_HTTP_ESI_IDLE) {
 
@@ -3581,7 +3641,7 @@ ngx_http_esi_report(ngx_http_request_t *r, ngx_http_esi_main_conf_t *emcf)
         len += k[n].len;
     }
 
-    key.data = ngx_pnalloc(r->pool, len);
+    key.data = ngx_pnalloc(pool, len);
     if (key.data == NULL) {
         return;
     }
@@ -3666,7 +3726,7 @@ ngx_http_esi_report(ngx_http_request_t *r, ngx_http_esi_main_conf_t *emcf)
                 break;
             }
 
-            tags.data = ngx_pnalloc(r->pool, len);
+            tags.data = ngx_pnalloc(pool, len);
             if (tags.data == NULL) {
                 return;
             }
@@ -3679,19 +3739,21 @@ ngx_http_esi_report(ngx_http_request_t *r, ngx_http_esi_main_conf_t *emcf)
         }
     }
 
-    if (ngx_http_esi_report_file(r, name, &key, c->key, &tags) != NGX_OK) {
+    if (ngx_http_esi_report_file(r, pool, name, &key, c->key, &tags)
+        != NGX_OK)
+    {
         return;
     }
 
     if (store && ngx_memcmp(c->key, c->main, NGX_HTTP_CACHE_KEY_LEN) != 0) {
-        (void) ngx_http_esi_report_file(r, name, &key, c->main, &tags);
+        (void) ngx_http_esi_report_file(r, pool, name, &key, c->main, &tags);
     }
 }
 
 
 static ngx_int_t
-ngx_http_esi_report_file(ngx_http_request_t *r, ngx_str_t *zone,
-    ngx_str_t *key, u_char *file, ngx_str_t *tags)
+ngx_http_esi_report_file(ngx_http_request_t *r, ngx_pool_t *pool,
+    ngx_str_t *zone, ngx_str_t *key, u_char *file, ngx_str_t *tags)
 {
     size_t                  need;
     u_char                 *buf, *dst;
@@ -3710,7 +3772,7 @@ ngx_http_esi_report_file(ngx_http_request_t *r, ngx_str_t *zone,
                          + esi_wire_blob(NGX_HTTP_CACHE_KEY_LEN)
                          + esi_wire_blob(tags->len + 1));
 
-    buf = ngx_palloc(r->pool, need);
+    buf = ngx_palloc(pool, need);
     if (buf == NULL) {
         return NGX_ERROR;
     }
