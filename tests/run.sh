@@ -84,7 +84,7 @@ if CC=clang CXX=clang++ cmake -S "$root" -B build-fuzz \
    cmake --build build-fuzz -j"$jobs" --target fuzz >>"$logs/fuzz-build.log" 2>&1
 then
     for t in $fuzz_targets; do
-        if bash tests/fuzz/fuzz.sh build-fuzz "$t" "${ESI_FUZZ_SECONDS:-10}"; then
+        if bash tests/fuzz/fuzz.sh build-fuzz "$t" "${ESI_FUZZ_SECONDS:-5}"; then
             passed=$((passed + 1))
         else
             failed=$((failed + 1))
