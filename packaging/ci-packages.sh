@@ -73,12 +73,21 @@ else
 fi
 sed -n '/^build-deb: lintian/,$p' "$work/build-deb.log"
 
+# ESI_PACKAGES_RPM=spec (tests/run.sh): the spec is only parsed, its
+# macros expanded; building the RPMs compiles everything once more, which
+# CI's 30 minutes cannot spare.  packaging/build-rpm.sh builds them.
+if [ "${ESI_PACKAGES_RPM:-build}" = spec ]; then
+    step "parse the RPM spec"
+    check "rpmspec parses packaging/rpm/esi.spec" \
+        bash -c "rpmspec -P '$root/packaging/rpm/esi.spec' >/dev/null"
+else
 step "build the RPMs"
 if bash "$root/packaging/build-rpm.sh" "$out/rpm" >"$work/build-rpm.log" 2>&1; then
     ok "rpmbuild builds the RPMs"
 else
     tail -n 40 "$work/build-rpm.log"
     not_ok "rpmbuild builds the RPMs"
+fi
 fi
 fi
 # A man page may be compressed (Fedora's brp-compress) or not (Debian's rpm).
@@ -96,9 +105,12 @@ module_rpm_complete() {
     rpm_has nginx-mod-http-esi /usr/lib64/nginx/modules/ngx_http_esi_module.so &&
         rpm_has nginx-mod-http-esi /usr/share/nginx/modules/mod-http-esi.conf
 }
-check "the esid RPM has esid, esictl, the units, the settings and the man pages" \
-    esid_rpm_complete
-check "the module RPM has the module and its load_module snippet" module_rpm_complete
+if [ "${ESI_PACKAGES_RPM:-build}" != spec ]; then
+    check "the esid RPM has esid, esictl, the units, the settings and the man pages" \
+        esid_rpm_complete
+    check "the module RPM has the module and its load_module snippet" \
+        module_rpm_complete
+fi
 
 deb_esid=$(ls "$out"/deb/esid_*.deb 2>/dev/null | head -n 1)
 deb_module=$(ls "$out"/deb/libnginx-mod-http-esi_*.deb 2>/dev/null | head -n 1)
