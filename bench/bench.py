@@ -1447,30 +1447,21 @@ def main():
 
         if args.mode == "smoke":
             failed = passed = 0
-            for row in rows:
-                for arm in MAIN_ARMS[:-1]:
-                    t, path, exp = resolve_main(row, arm)
-                    problem = bench.verify(t, path, exp, True)
-                    log("%-22s %-16s %s" % (row_label(row), ARM_LABEL[arm],
-                                            problem or "ok"))
-                    failed += bool(problem)
-                    passed += not problem
-            for row in cost_rows:
-                for arm in COST_ARMS[:-1]:
-                    t, path, exp = resolve_cost(row, arm)
-                    problem = bench.verify(t, path, exp, False)
-                    log("%-22s %-16s %s" % (row_label(row), ARM_LABEL[arm],
-                                            problem or "ok"))
-                    failed += bool(problem)
-                    passed += not problem
-            for row in lang_rows:
-                for arm in LANG_ARMS[:-1]:
-                    t, path, exp = resolve_lang(row, arm)
-                    problem = bench.verify(t, path, exp, False, LANG_HEADERS)
-                    log("%-22s %-16s %s" % (row_label(row), ARM_LABEL[arm],
-                                            problem or "ok"))
-                    failed += bool(problem)
-                    passed += not problem
+            # Every matrix's rows, every arm but its A/A one.
+            for matrix_rows, arms, resolve, gzip_client, headers in (
+                    (rows, MAIN_ARMS, resolve_main, True, ()),
+                    (cost_rows, COST_ARMS, resolve_cost, False, ()),
+                    (lang_rows, LANG_ARMS, resolve_lang, False, LANG_HEADERS)):
+                for row in matrix_rows:
+                    for arm in arms[:-1]:
+                        t, path, exp = resolve(row, arm)
+                        problem = bench.verify(t, path, exp, gzip_client,
+                                               headers)
+                        log("%-22s %-16s %s" % (row_label(row),
+                                                ARM_LABEL[arm],
+                                                problem or "ok"))
+                        failed += bool(problem)
+                        passed += not problem
             # Each plan arm's third fetch was a planned hit.
             planned = bench.esid_stats()["planned"]
             expected = len(rows) + len(cost_rows) + sum(
