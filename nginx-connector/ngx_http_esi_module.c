@@ -51,6 +51,9 @@
 /* the buffers a gzipped body is inflated into */
 #define NGX_HTTP_ESI_INFLATED          (ngx_buf_tag_t) &ngx_http_esi_module_ctx
 
+/* how many of them may be ahead of the client after a fallback */
+#define NGX_HTTP_ESI_INFLATE_AHEAD     8
+
 #define NGX_HTTP_ESI_VERBATIM          0
 #define NGX_HTTP_ESI_INCLUDE           1
 #define NGX_HTTP_ESI_SPLICE            2
@@ -268,12 +271,15 @@ typedef struct ngx_http_esi_ctx_s {
 #if (NGX_ZLIB)
     esi_inflate_t              gunzip;      /* a gzipped body's inflate */
 #endif
+    ngx_chain_t               *zin;         /* gzip not inflated yet */
     ngx_buf_t                 *zbuf;        /* being inflated into */
     ngx_chain_t               *zfree;       /* inflated buffers to reuse */
+    ngx_uint_t                 zbufs;       /* ... all of them */
 
     unsigned                   stream:1;    /* this body goes to esid */
     unsigned                   inflate:1;   /* ... after we inflate it */
     unsigned                   zstarted:1;
+    unsigned                   zlast:1;     /* the gzip's end is in zin */
     unsigned                   zerror:1;    /* the gzip body is broken */
     unsigned                   fragment:1;  /* a sequential include */
     unsigned                   discard:1;   /* ... that failed */
@@ -462,9 +468,13 @@ static ngx_int_t ngx_http_esi_open(ngx_http_request_t *r,
 static void ngx_http_esi_cleanup(void *data);
 static ngx_int_t ngx_http_esi_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_int_t ngx_http_esi_feed(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
 #if (NGX_ZLIB)
 static ngx_int_t ngx_http_esi_inflate(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t *in, ngx_chain_t **out);
+static ngx_uint_t ngx_http_esi_inflate_room(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_inflate_buf(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_inflate_out(ngx_http_request_t *r,
@@ -4167,10 +4177,9 @@ ngx_http_esi_cleanup(void *data)
 static ngx_int_t
 ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    ngx_int_t                 rc;
-    ngx_chain_t              *cl, *zin;
-    ngx_http_esi_ctx_t       *ctx;
-    ngx_http_esi_loc_conf_t  *elcf;
+    ngx_int_t            rc;
+    ngx_chain_t         *cl;
+    ngx_http_esi_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
 
@@ -4208,6 +4217,36 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     if (ctx->zerror) {
         return NGX_ERROR;
     }
+
+    for ( ;; ) {
+        rc = ngx_http_esi_feed(r, ctx, in);
+
+#if (NGX_ZLIB)
+        /*
+         * what went out may have made room for more of a gzipped body: as
+         * gunzip does, inflate until the client stops taking it
+         */
+
+        if (rc != NGX_ERROR && ctx->zin
+            && ngx_http_esi_inflate_room(r, ctx))
+        {
+            in = NULL;
+            continue;
+        }
+#endif
+
+        return rc;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_esi_feed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_chain_t *in)
+{
+    ngx_int_t                 rc;
+    ngx_chain_t              *cl, *zin;
+    ngx_http_esi_loc_conf_t  *elcf;
 
     zin = NULL;
 
@@ -4285,7 +4324,10 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 /*
  * Inflates a gzipped body as ngx_http_gunzip_filter_module does, into
  * buffers of esi_buffer_size that are held and emitted like any input.
- * The compressed buffers are consumed at once.
+ * Compressed input waits in ctx->zin while there is no room to inflate it:
+ * past esi_max_page_size (the page then falls back), and, after a
+ * fallback, while NGX_HTTP_ESI_INFLATE_AHEAD buffers are still on their
+ * way to the client.  A ratio bomb so costs a few buffers, not its size.
  */
 
 static ngx_int_t
@@ -4294,12 +4336,14 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 {
     int            rc;
     ngx_buf_t     *b;
-    ngx_uint_t     last;
     ngx_chain_t   *cl, **ll;
 
     *out = NULL;
     ll = out;
-    last = 0;
+
+    if (in && ngx_chain_add_copy(r->pool, &ctx->zin, in) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     if (!ctx->zstarted) {
         rc = esi_inflate_init(&ctx->gunzip, ngx_http_esi_inflate_alloc,
@@ -4313,38 +4357,31 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         ctx->zstarted = 1;
     }
 
-    for (cl = in; cl; cl = cl->next) {
+    while (ctx->zin) {
+        cl = ctx->zin;
         b = cl->buf;
 
-        if (b->last_buf || b->last_in_chain) {
-            last = 1;
-        }
-
-        if (ngx_buf_size(b) == 0) {
-            continue;
-        }
-
-        if (!ngx_buf_in_memory(b)) {
+        if (ngx_buf_size(b) && !ngx_buf_in_memory(b)) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "esi: gzipped body not in memory");
             ngx_http_esi_inflate_failed(r, ctx, NULL, 0);
             return NGX_ERROR;
         }
 
-        for ( ;; ) {
+        while (b->pos < b->last) {
 
-            if (ctx->zbuf == NULL
-                && ngx_http_esi_inflate_buf(r, ctx) != NGX_OK)
-            {
-                return NGX_ERROR;
+            if (ctx->zbuf == NULL) {
+                if (!ngx_http_esi_inflate_room(r, ctx)) {
+                    return NGX_OK;
+                }
+
+                if (ngx_http_esi_inflate_buf(r, ctx) != NGX_OK) {
+                    return NGX_ERROR;
+                }
             }
 
             rc = esi_inflate(&ctx->gunzip, &b->pos, b->last,
                              &ctx->zbuf->last, ctx->zbuf->end);
-
-            if (rc == ESI_INFLATE_AGAIN) {
-                break;
-            }
 
             if (rc == ESI_INFLATE_CORRUPT) {
                 ngx_http_esi_inflate_failed(r, ctx, "corrupt",
@@ -4354,13 +4391,22 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
             /* full: zlib may have more for the next buffer */
 
-            if (ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK) {
+            if (rc == ESI_INFLATE_FULL
+                && ngx_http_esi_inflate_out(r, ctx, &ll) != NGX_OK)
+            {
                 return NGX_ERROR;
             }
         }
+
+        if (b->last_buf || b->last_in_chain) {
+            ctx->zlast = 1;
+        }
+
+        ctx->zin = cl->next;
+        ngx_free_chain(r->pool, cl);
     }
 
-    if (last && !esi_inflate_complete(&ctx->gunzip)) {
+    if (ctx->zlast && !esi_inflate_complete(&ctx->gunzip)) {
         ngx_http_esi_inflate_failed(r, ctx, "truncated", Z_BUF_ERROR);
         return NGX_ERROR;
     }
@@ -4373,7 +4419,7 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         }
     }
 
-    if (last) {
+    if (ctx->zlast) {
 
         /*
          * the end in a buffer without memory, as gunzip ends: an empty one
@@ -4413,6 +4459,28 @@ ngx_http_esi_inflate(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 }
 
 
+/* whether another buffer may be inflated into now */
+
+static ngx_uint_t
+ngx_http_esi_inflate_room(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    if (ctx->zfree) {
+        return 1;
+    }
+
+    if (ctx->fallen) {
+        return ctx->zbufs < NGX_HTTP_ESI_INFLATE_AHEAD;
+    }
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    return elcf->max_page_size == 0
+           || (off_t) ctx->gunzip.total <= elcf->max_page_size;
+}
+
+
 static ngx_int_t
 ngx_http_esi_inflate_buf(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
@@ -4441,6 +4509,7 @@ ngx_http_esi_inflate_buf(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
         }
 
         b->tag = NGX_HTTP_ESI_INFLATED;
+        ctx->zbufs++;
     }
 
     ctx->zbuf = b;
@@ -5692,7 +5761,7 @@ ngx_http_esi_release(ngx_http_esi_ctx_t *ctx)
 
     /* output waiting further down is not ours to report */
 
-    if (ctx->out || (!ctx->done && !ctx->fallen)) {
+    if (ctx->out || ctx->zin || (!ctx->done && !ctx->fallen)) {
         r->buffered |= NGX_HTTP_ESI_BUFFERED;
 
     } else {

@@ -283,6 +283,42 @@ class GzipFallbackTest(EsiTestCase):
         self.assertIn("is larger than esi_max_page_size", self.error_log())
 
 
+def peak_rss_kib(pid):
+    """VmHWM of `pid`: the most resident memory it has had, in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for pid %d" % pid)
+
+
+class InflateFlowControlTest(EsiTestCase):
+    """A ratio bomb that falls back is inflated a few buffers ahead of the
+    client, not all at once: the worker's peak memory grows by a small
+    part of what it sends (it grew by 189 MB for a 200 MB bomb before)."""
+
+    LOCATION = "esi_max_page_size 64k;"
+
+    SIZE = 64 * 1024 * 1024
+    # well under SIZE, well over esi_max_page_size and 8 inflate buffers
+    GROWTH_KIB = 16 * 1024
+
+    def test_ratio_bomb_past_max_page_size_streams_in_bounded_memory(self):
+        self.origin.route("/warm", "<p>warm</p>", gzip=True)
+        self.origin.route("/bomb", b"\0" * self.SIZE, gzip=True)
+        self.assertTrue(self.fetch("/warm").complete)
+        before = {pid: peak_rss_kib(pid) for pid in self.worker_pids()}
+
+        r = self.fetch("/bomb")
+
+        self.assertTrue(r.complete, "cut off after %d bytes" % len(r.body))
+        self.assertEqual(len(r.body), self.SIZE)
+        self.assertEqual(r.body.count(b"\0"), self.SIZE)
+        self.assertIn("is larger than esi_max_page_size", self.error_log())
+        growth = max(peak_rss_kib(pid) - kib for pid, kib in before.items())
+        self.assertLess(growth, self.GROWTH_KIB)
+
+
 class SmallInflateBufferTest(EsiTestCase):
     LOCATION = GZIP_OUT + " esi_buffer_size 1k;"
 
