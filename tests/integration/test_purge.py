@@ -396,6 +396,16 @@ class TwoWorkersTest(PurgeTestCase):
         self.origin.route("/w", "w", headers=VARY)
         for variant in ("a", "b", "c", "d"):
             self.assertEqual(self.cache_status("/w", variant), "MISS")
+
+        # A MISS's answer goes out before its worker renames the file into
+        # place and reports it; the purge may come to the other worker.
+        def indexed():
+            r = self.esictl("variants", "pages", "/w", "--json")
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+            return len(json.loads(r.stdout)["files"]) == 4
+
+        self.assertTrue(poll(lambda: len(self.cache_files()) == 6))
+        self.assertTrue(poll(indexed), "index never listed 4 files of /w")
         self.assertPurged(self.purge("/w"), 200, "exact; count=4")
         self.assertPurged(self.purge("/v"), 200, "exact; count=2")
         self.assertEqual(self.cache_files(), [])
