@@ -68,6 +68,8 @@
 
 #define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
+#define NGX_HTTP_ESI_PLAN_BYTES        2048 /* room for checks and literals */
+#define NGX_HTTP_ESI_BATCH             16   /* links, bufs, insns allocated */
 
 /* esi_max_tag_size: esid's own range (ParserLimits) */
 #define NGX_HTTP_ESI_TAG_SIZE_MIN      256
@@ -295,6 +297,7 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   identified:1; /* object[] is a cache hit's */
     unsigned                   plan_wait:1;  /* esid answers plan or not */
     unsigned                   planned:1;    /* replaying a plan */
+    unsigned                   plan_more:1;  /* ... stopped after a batch */
     unsigned                   plan_failed:1;
 } ngx_http_esi_ctx_t;
 
@@ -524,6 +527,8 @@ static void ngx_http_esi_identify(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_loc_conf_t *elcf);
 static ngx_int_t ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx,
     esi_wire_struct_t *root);
+static u_char *ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
+    const uint8_t *bytes, size_t len);
 static ngx_int_t ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at,
     const char *why);
@@ -1969,16 +1974,27 @@ violation:
 static ngx_http_esi_insn_t *
 ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx)
 {
-    ngx_http_esi_insn_t  *insn;
+    ngx_uint_t            i;
+    ngx_http_esi_insn_t  *insn, *batch;
 
-    if (ctx->free_insns) {
-        insn = ctx->free_insns;
-        ctx->free_insns = insn->next;
-        ngx_memzero(insn, sizeof(ngx_http_esi_insn_t));
-        return insn;
+    if (ctx->free_insns == NULL) {
+        batch = ngx_palloc(ctx->request->pool,
+                           NGX_HTTP_ESI_BATCH * sizeof(ngx_http_esi_insn_t));
+        if (batch == NULL) {
+            return NULL;
+        }
+
+        for (i = 0; i < NGX_HTTP_ESI_BATCH; i++) {
+            batch[i].next = ctx->free_insns;
+            ctx->free_insns = &batch[i];
+        }
     }
 
-    return ngx_pcalloc(ctx->request->pool, sizeof(ngx_http_esi_insn_t));
+    insn = ctx->free_insns;
+    ctx->free_insns = insn->next;
+    ngx_memzero(insn, sizeof(ngx_http_esi_insn_t));
+
+    return insn;
 }
 
 
@@ -1998,6 +2014,7 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
     uint64_t              offset, length, plan_length;
     ngx_int_t             rc;
     ngx_log_t            *log;
+    ngx_str_t             room;
     const uint8_t        *bytes;
     ngx_http_request_t   *r;
     ngx_http_esi_step_t  *step;
@@ -2007,6 +2024,7 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
     r = ctx->request;
     log = ngx_http_esi_daemon.log;
+    ngx_str_null(&room);
 
     if (!ctx->plan_wait) {
         ngx_log_error(NGX_LOG_ERR, log, 0,
@@ -2084,12 +2102,11 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
             step->offset = pos;
             step->length = len;
 
-            step->bytes = ngx_pnalloc(r->pool, len);
+            step->bytes = ngx_http_esi_plan_copy(r, &room, bytes, len);
             if (step->bytes == NULL) {
                 goto local_failure;
             }
 
-            ngx_memcpy(step->bytes, bytes, len);
             checked = pos;
             break;
 
@@ -2135,12 +2152,10 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
             step->length = len;
 
             if (len) {
-                step->bytes = ngx_pnalloc(r->pool, len);
+                step->bytes = ngx_http_esi_plan_copy(r, &room, bytes, len);
                 if (step->bytes == NULL) {
                     goto local_failure;
                 }
-
-                ngx_memcpy(step->bytes, bytes, len);
             }
 
             break;
@@ -2210,20 +2225,66 @@ local_failure:
 
 
 /*
+ * The bytes of a plan's checks and literals, copied out of the ring into
+ * a few blocks of the request's pool rather than one allocation each.
+ */
+
+static u_char *
+ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
+    const uint8_t *bytes, size_t len)
+{
+    u_char  *p;
+
+    if (room->len < len) {
+        room->len = ngx_max(len, NGX_HTTP_ESI_PLAN_BYTES);
+
+        room->data = ngx_pnalloc(r->pool, room->len);
+        if (room->data == NULL) {
+            return NULL;
+        }
+    }
+
+    p = room->data;
+    ngx_memcpy(p, bytes, len);
+
+    room->data += len;
+    room->len -= len;
+
+    return p;
+}
+
+
+/*
  * Runs the plan's steps as far as the bytes that arrived allow: verbatim
  * runs as they come, a construct only after its recorded first bytes are
  * found where they should be, the includes it holds; then tells execute()
- * what may be released, and whether the page is complete.
+ * what may be released, and whether the page is complete.  At most a
+ * batch of steps at a time: execute() asks for the next (plan_more).
  */
 
 static ngx_int_t
 ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 {
     off_t                 end, to;
+    ngx_uint_t            n;
     ngx_http_esi_step_t  *step;
     ngx_http_esi_insn_t  *insn;
 
-    while (ctx->step < ctx->nsteps) {
+    ctx->plan_more = 0;
+
+    for (n = 0; ctx->step < ctx->nsteps; n++) {
+
+        if (n == NGX_HTTP_ESI_BATCH) {
+
+            /*
+             * the rest once execute() ran these, so that their insns and
+             * those of the batches after are the same few
+             */
+
+            ctx->plan_more = 1;
+            return NGX_OK;
+        }
+
         step = &ctx->steps[ctx->step];
 
         switch (step->type) {
@@ -4661,7 +4722,15 @@ ngx_http_esi_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ngx_int_t             rc;
     ngx_http_esi_insn_t  *insn;
 
-    while (ctx->insns || ctx->wait) {
+    while (ctx->insns || ctx->wait || ctx->plan_more) {
+
+        if (ctx->insns == NULL && ctx->wait == NULL) {
+            if (ngx_http_esi_plan_run(ctx) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            continue;
+        }
 
         if (ctx->wait) {
             if (!ctx->wait->done) {
@@ -5552,27 +5621,28 @@ static ngx_chain_t *
 ngx_http_esi_link(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
     ngx_buf_t    *b;
+    ngx_uint_t    i;
     ngx_chain_t  *cl;
 
-    if (ctx->free) {
-        cl = ctx->free;
-        ctx->free = cl->next;
-        b = cl->buf;
-        ngx_memzero(b, sizeof(ngx_buf_t));
+    if (ctx->free == NULL) {
+        b = ngx_palloc(r->pool, NGX_HTTP_ESI_BATCH * sizeof(ngx_buf_t));
+        cl = ngx_palloc(r->pool, NGX_HTTP_ESI_BATCH * sizeof(ngx_chain_t));
 
-    } else {
-        b = ngx_calloc_buf(r->pool);
-        if (b == NULL) {
+        if (b == NULL || cl == NULL) {
             return NULL;
         }
 
-        cl = ngx_alloc_chain_link(r->pool);
-        if (cl == NULL) {
-            return NULL;
+        for (i = 0; i < NGX_HTTP_ESI_BATCH; i++) {
+            cl[i].buf = &b[i];
+            cl[i].next = ctx->free;
+            ctx->free = &cl[i];
         }
-
-        cl->buf = b;
     }
+
+    cl = ctx->free;
+    ctx->free = cl->next;
+    b = cl->buf;
+    ngx_memzero(b, sizeof(ngx_buf_t));
 
     b->tag = (ngx_buf_tag_t) &ngx_http_esi_module;
     cl->next = NULL;
