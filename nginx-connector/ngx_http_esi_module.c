@@ -70,6 +70,8 @@
 #define NGX_HTTP_ESI_CHECK_MAX         4096
 #define NGX_HTTP_ESI_PLAN_BYTES        2048 /* room for checks and literals */
 #define NGX_HTTP_ESI_BATCH             16   /* links, bufs, insns allocated */
+#define NGX_HTTP_ESI_PACK_MAX          64   /* output copied, not linked */
+#define NGX_HTTP_ESI_PACK_SIZE         256  /* ... into buffers this large */
 
 /* esi_max_tag_size: esid's own range (ParserLimits) */
 #define NGX_HTTP_ESI_TAG_SIZE_MIN      256
@@ -252,6 +254,8 @@ typedef struct ngx_http_esi_ctx_s {
     ngx_chain_t              **last_out;
     ngx_chain_t               *busy;
     ngx_chain_t               *free;
+    ngx_buf_t                 *pack;        /* small output copied here */
+    ngx_chain_t              **pack_next;   /* ... while it ends ctx->out */
 
     ngx_event_t                timer;
     ngx_event_t                resume;
@@ -519,6 +523,8 @@ static ngx_int_t ngx_http_esi_final(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static ngx_chain_t *ngx_http_esi_link(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_pack(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, u_char *data, size_t len);
 static ngx_int_t ngx_http_esi_output(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
@@ -4844,6 +4850,18 @@ ngx_http_esi_verbatim(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
         to = ngx_min(end, h->end);
 
+        if (to - offset <= NGX_HTTP_ESI_PACK_MAX) {
+            if (ngx_http_esi_pack(r, ctx, h->start + (offset - h->offset),
+                                  (size_t) (to - offset))
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            offset = to;
+            continue;
+        }
+
         cl = ngx_http_esi_link(r, ctx);
         if (cl == NULL) {
             return NGX_ERROR;
@@ -5260,6 +5278,10 @@ ngx_http_esi_literal(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         return NGX_OK;
     }
 
+    if (text->len <= NGX_HTTP_ESI_PACK_MAX) {
+        return ngx_http_esi_pack(r, ctx, text->data, text->len);
+    }
+
     cl = ngx_http_esi_link(r, ctx);
     if (cl == NULL) {
         return NGX_ERROR;
@@ -5307,6 +5329,7 @@ ngx_http_esi_try_start(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 
     ctx->out = NULL;
     ctx->last_out = &ctx->out;
+    ctx->pack = NULL;
     ctx->attempts++;
 
     return NGX_OK;
@@ -5353,6 +5376,7 @@ ngx_http_esi_try_close(ngx_http_esi_ctx_t *ctx, ngx_uint_t keep)
 
     ctx->out = t->out;
     ctx->last_out = t->out ? t->last_out : &ctx->out;
+    ctx->pack = NULL;
 
     t->attempt = 0;
     ctx->attempts--;
@@ -5654,6 +5678,52 @@ ngx_http_esi_link(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 }
 
 
+/*
+ * Small pieces of output (a value, the tags between a construct's values)
+ * are copied one after another into a buffer of their own: linked apart,
+ * each would cost a buf in every filter and an iovec in writev, more than
+ * copying its few bytes.
+ */
+
+static ngx_int_t
+ngx_http_esi_pack(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    u_char *data, size_t len)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    b = ctx->pack;
+
+    if (b == NULL || ctx->last_out != ctx->pack_next
+        || (size_t) (b->end - b->last) < len)
+    {
+        cl = ngx_http_esi_link(r, ctx);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        b = cl->buf;
+
+        b->start = ngx_pnalloc(r->pool, NGX_HTTP_ESI_PACK_SIZE);
+        if (b->start == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->pos = b->start;
+        b->last = b->start;
+        b->end = b->start + NGX_HTTP_ESI_PACK_SIZE;
+        b->temporary = 1;
+
+        ctx->pack = b;
+        ctx->pack_next = &cl->next;
+    }
+
+    b->last = ngx_cpymem(b->last, data, len);
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_esi_output(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
@@ -5681,6 +5751,7 @@ ngx_http_esi_output(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 
         ctx->out = NULL;
         ctx->last_out = &ctx->out;
+        ctx->pack = NULL;
     }
 
     while (ctx->busy) {
