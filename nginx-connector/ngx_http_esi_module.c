@@ -71,6 +71,10 @@
 
 #define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
+#define NGX_HTTP_ESI_PLAN_BYTES        2048 /* room for checks and literals */
+#define NGX_HTTP_ESI_BATCH             16   /* links, bufs, insns allocated */
+#define NGX_HTTP_ESI_PACK_MAX          64   /* output copied, not linked */
+#define NGX_HTTP_ESI_PACK_SIZE         256  /* ... into buffers this large */
 
 /* esi_max_tag_size: esid's own range (ParserLimits) */
 #define NGX_HTTP_ESI_TAG_SIZE_MIN      256
@@ -253,6 +257,8 @@ typedef struct ngx_http_esi_ctx_s {
     ngx_chain_t              **last_out;
     ngx_chain_t               *busy;
     ngx_chain_t               *free;
+    ngx_buf_t                 *pack;        /* small output copied here */
+    ngx_chain_t              **pack_next;   /* ... while it ends ctx->out */
 
     ngx_event_t                timer;
     ngx_event_t                resume;
@@ -301,6 +307,7 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   identified:1; /* object[] is a cache hit's */
     unsigned                   plan_wait:1;  /* esid answers plan or not */
     unsigned                   planned:1;    /* replaying a plan */
+    unsigned                   plan_more:1;  /* ... stopped after a batch */
     unsigned                   plan_failed:1;
 } ngx_http_esi_ctx_t;
 
@@ -526,6 +533,8 @@ static ngx_int_t ngx_http_esi_final(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static ngx_chain_t *ngx_http_esi_link(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_pack(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, u_char *data, size_t len);
 static ngx_int_t ngx_http_esi_output(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
@@ -534,6 +543,8 @@ static void ngx_http_esi_identify(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_loc_conf_t *elcf);
 static ngx_int_t ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx,
     esi_wire_struct_t *root);
+static u_char *ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
+    const uint8_t *bytes, size_t len);
 static ngx_int_t ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at,
     const char *why);
@@ -1979,16 +1990,27 @@ violation:
 static ngx_http_esi_insn_t *
 ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx)
 {
-    ngx_http_esi_insn_t  *insn;
+    ngx_uint_t            i;
+    ngx_http_esi_insn_t  *insn, *batch;
 
-    if (ctx->free_insns) {
-        insn = ctx->free_insns;
-        ctx->free_insns = insn->next;
-        ngx_memzero(insn, sizeof(ngx_http_esi_insn_t));
-        return insn;
+    if (ctx->free_insns == NULL) {
+        batch = ngx_palloc(ctx->request->pool,
+                           NGX_HTTP_ESI_BATCH * sizeof(ngx_http_esi_insn_t));
+        if (batch == NULL) {
+            return NULL;
+        }
+
+        for (i = 0; i < NGX_HTTP_ESI_BATCH; i++) {
+            batch[i].next = ctx->free_insns;
+            ctx->free_insns = &batch[i];
+        }
     }
 
-    return ngx_pcalloc(ctx->request->pool, sizeof(ngx_http_esi_insn_t));
+    insn = ctx->free_insns;
+    ctx->free_insns = insn->next;
+    ngx_memzero(insn, sizeof(ngx_http_esi_insn_t));
+
+    return insn;
 }
 
 
@@ -2008,6 +2030,7 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
     uint64_t              offset, length, plan_length;
     ngx_int_t             rc;
     ngx_log_t            *log;
+    ngx_str_t             room;
     const uint8_t        *bytes;
     ngx_http_request_t   *r;
     ngx_http_esi_step_t  *step;
@@ -2017,6 +2040,7 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
     r = ctx->request;
     log = ngx_http_esi_daemon.log;
+    ngx_str_null(&room);
 
     if (!ctx->plan_wait) {
         ngx_log_error(NGX_LOG_ERR, log, 0,
@@ -2094,12 +2118,11 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
             step->offset = pos;
             step->length = len;
 
-            step->bytes = ngx_pnalloc(r->pool, len);
+            step->bytes = ngx_http_esi_plan_copy(r, &room, bytes, len);
             if (step->bytes == NULL) {
                 goto local_failure;
             }
 
-            ngx_memcpy(step->bytes, bytes, len);
             checked = pos;
             break;
 
@@ -2145,12 +2168,10 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
             step->length = len;
 
             if (len) {
-                step->bytes = ngx_pnalloc(r->pool, len);
+                step->bytes = ngx_http_esi_plan_copy(r, &room, bytes, len);
                 if (step->bytes == NULL) {
                     goto local_failure;
                 }
-
-                ngx_memcpy(step->bytes, bytes, len);
             }
 
             break;
@@ -2220,20 +2241,66 @@ local_failure:
 
 
 /*
+ * The bytes of a plan's checks and literals, copied out of the ring into
+ * a few blocks of the request's pool rather than one allocation each.
+ */
+
+static u_char *
+ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
+    const uint8_t *bytes, size_t len)
+{
+    u_char  *p;
+
+    if (room->len < len) {
+        room->len = ngx_max(len, NGX_HTTP_ESI_PLAN_BYTES);
+
+        room->data = ngx_pnalloc(r->pool, room->len);
+        if (room->data == NULL) {
+            return NULL;
+        }
+    }
+
+    p = room->data;
+    ngx_memcpy(p, bytes, len);
+
+    room->data += len;
+    room->len -= len;
+
+    return p;
+}
+
+
+/*
  * Runs the plan's steps as far as the bytes that arrived allow: verbatim
  * runs as they come, a construct only after its recorded first bytes are
  * found where they should be, the includes it holds; then tells execute()
- * what may be released, and whether the page is complete.
+ * what may be released, and whether the page is complete.  At most a
+ * batch of steps at a time: execute() asks for the next (plan_more).
  */
 
 static ngx_int_t
 ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 {
     off_t                 end, to;
+    ngx_uint_t            n;
     ngx_http_esi_step_t  *step;
     ngx_http_esi_insn_t  *insn;
 
-    while (ctx->step < ctx->nsteps) {
+    ctx->plan_more = 0;
+
+    for (n = 0; ctx->step < ctx->nsteps; n++) {
+
+        if (n == NGX_HTTP_ESI_BATCH) {
+
+            /*
+             * the rest once execute() ran these, so that their insns and
+             * those of the batches after are the same few
+             */
+
+            ctx->plan_more = 1;
+            return NGX_OK;
+        }
+
         step = &ctx->steps[ctx->step];
 
         switch (step->type) {
@@ -4730,7 +4797,15 @@ ngx_http_esi_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ngx_int_t             rc;
     ngx_http_esi_insn_t  *insn;
 
-    while (ctx->insns || ctx->wait) {
+    while (ctx->insns || ctx->wait || ctx->plan_more) {
+
+        if (ctx->insns == NULL && ctx->wait == NULL) {
+            if (ngx_http_esi_plan_run(ctx) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            continue;
+        }
 
         if (ctx->wait) {
             if (!ctx->wait->done) {
@@ -4843,6 +4918,18 @@ ngx_http_esi_verbatim(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         }
 
         to = ngx_min(end, h->end);
+
+        if (to - offset <= NGX_HTTP_ESI_PACK_MAX) {
+            if (ngx_http_esi_pack(r, ctx, h->start + (offset - h->offset),
+                                  (size_t) (to - offset))
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            offset = to;
+            continue;
+        }
 
         cl = ngx_http_esi_link(r, ctx);
         if (cl == NULL) {
@@ -5260,6 +5347,10 @@ ngx_http_esi_literal(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         return NGX_OK;
     }
 
+    if (text->len <= NGX_HTTP_ESI_PACK_MAX) {
+        return ngx_http_esi_pack(r, ctx, text->data, text->len);
+    }
+
     cl = ngx_http_esi_link(r, ctx);
     if (cl == NULL) {
         return NGX_ERROR;
@@ -5307,6 +5398,7 @@ ngx_http_esi_try_start(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 
     ctx->out = NULL;
     ctx->last_out = &ctx->out;
+    ctx->pack = NULL;
     ctx->attempts++;
 
     return NGX_OK;
@@ -5353,6 +5445,7 @@ ngx_http_esi_try_close(ngx_http_esi_ctx_t *ctx, ngx_uint_t keep)
 
     ctx->out = t->out;
     ctx->last_out = t->out ? t->last_out : &ctx->out;
+    ctx->pack = NULL;
 
     t->attempt = 0;
     ctx->attempts--;
@@ -5621,27 +5714,28 @@ static ngx_chain_t *
 ngx_http_esi_link(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
     ngx_buf_t    *b;
+    ngx_uint_t    i;
     ngx_chain_t  *cl;
 
-    if (ctx->free) {
-        cl = ctx->free;
-        ctx->free = cl->next;
-        b = cl->buf;
-        ngx_memzero(b, sizeof(ngx_buf_t));
+    if (ctx->free == NULL) {
+        b = ngx_palloc(r->pool, NGX_HTTP_ESI_BATCH * sizeof(ngx_buf_t));
+        cl = ngx_palloc(r->pool, NGX_HTTP_ESI_BATCH * sizeof(ngx_chain_t));
 
-    } else {
-        b = ngx_calloc_buf(r->pool);
-        if (b == NULL) {
+        if (b == NULL || cl == NULL) {
             return NULL;
         }
 
-        cl = ngx_alloc_chain_link(r->pool);
-        if (cl == NULL) {
-            return NULL;
+        for (i = 0; i < NGX_HTTP_ESI_BATCH; i++) {
+            cl[i].buf = &b[i];
+            cl[i].next = ctx->free;
+            ctx->free = &cl[i];
         }
-
-        cl->buf = b;
     }
+
+    cl = ctx->free;
+    ctx->free = cl->next;
+    b = cl->buf;
+    ngx_memzero(b, sizeof(ngx_buf_t));
 
     b->tag = (ngx_buf_tag_t) &ngx_http_esi_module;
     cl->next = NULL;
@@ -5650,6 +5744,52 @@ ngx_http_esi_link(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ctx->last_out = &cl->next;
 
     return cl;
+}
+
+
+/*
+ * Small pieces of output (a value, the tags between a construct's values)
+ * are copied one after another into a buffer of their own: linked apart,
+ * each would cost a buf in every filter and an iovec in writev, more than
+ * copying its few bytes.
+ */
+
+static ngx_int_t
+ngx_http_esi_pack(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    u_char *data, size_t len)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    b = ctx->pack;
+
+    if (b == NULL || ctx->last_out != ctx->pack_next
+        || (size_t) (b->end - b->last) < len)
+    {
+        cl = ngx_http_esi_link(r, ctx);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        b = cl->buf;
+
+        b->start = ngx_pnalloc(r->pool, NGX_HTTP_ESI_PACK_SIZE);
+        if (b->start == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->pos = b->start;
+        b->last = b->start;
+        b->end = b->start + NGX_HTTP_ESI_PACK_SIZE;
+        b->temporary = 1;
+
+        ctx->pack = b;
+        ctx->pack_next = &cl->next;
+    }
+
+    b->last = ngx_cpymem(b->last, data, len);
+
+    return NGX_OK;
 }
 
 
@@ -5680,6 +5820,7 @@ ngx_http_esi_output(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 
         ctx->out = NULL;
         ctx->last_out = &ctx->out;
+        ctx->pack = NULL;
     }
 
     while (ctx->busy) {

@@ -92,17 +92,19 @@ std::optional<std::vector<ProgramStep>> Plan::stepsBefore(uint64_t base) const {
   return std::nullopt;
 }
 
-std::vector<PlanStep> Plan::evaluate(const PageAddress& page,
-                                     const RequestValues& values) const {
+void Plan::evaluate(const PageAddress& page, const RequestValues& values,
+                    PlanEvaluation& out) const {
   Evaluator evaluator(page, values);
-  std::vector<Instruction> instructions;
-  // Where each check that starts a gap goes: before instructions[first].
-  std::vector<std::pair<size_t, const PlanCheck*>> kept;
+  std::vector<Instruction>& instructions = out.instructions_;
+  instructions.clear();
+  out.checks_.clear();
   uint64_t covered = 0;  // end of the last verbatim run emitted
   size_t next = 0;       // of checks
   auto keepChecksBefore = [&](size_t step) {
     for (; next < checks.size() && checkBefore[next] == step; ++next) {
-      if (checks[next].offset == covered) kept.emplace_back(instructions.size(), &checks[next]);
+      if (checks[next].offset == covered) {
+        out.checks_.emplace_back(instructions.size(), &checks[next]);
+      }
     }
   };
   for (size_t i = 0; i < program.size(); ++i) {
@@ -115,17 +117,6 @@ std::vector<PlanStep> Plan::evaluate(const PageAddress& page,
     }
   }
   keepChecksBefore(program.size());
-
-  std::vector<PlanStep> steps;
-  steps.reserve(instructions.size() + kept.size());
-  auto check = kept.begin();
-  for (size_t i = 0; i <= instructions.size(); ++i) {
-    for (; check != kept.end() && check->first == i; ++check) steps.emplace_back(*check->second);
-    if (i == instructions.size()) break;
-    std::visit([&](auto& instruction) { steps.emplace_back(std::move(instruction)); },
-               instructions[i]);
-  }
-  return steps;
 }
 
 std::optional<Plan> buildPlan(std::vector<ProgramStep> program,

@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -63,8 +64,33 @@ struct PlanCheck {
   std::string bytes;
 };
 
-// What the worker replays (proto/esi.capnp PlanStep).
-using PlanStep = std::variant<VerbatimRun, IncludeCall, LiteralText, TryMark, PlanCheck>;
+// One request's evaluation of a plan: what the worker replays
+// (proto/esi.capnp PlanStep), the instructions with the plan's checks
+// between them.  The checks are the plan's own, not copies: an evaluation
+// lives no longer than its plan.  Kept from one hit to the next, it reuses
+// its memory.
+class PlanEvaluation {
+ public:
+  size_t size() const { return instructions_.size() + checks_.size(); }
+
+  // Calls visit(step) for each step in stream order, step being a
+  // VerbatimRun, IncludeCall, LiteralText, TryMark or PlanCheck.
+  template <typename Visit>
+  void forEach(Visit&& visit) const {
+    auto check = checks_.begin();
+    for (size_t i = 0; i <= instructions_.size(); ++i) {
+      for (; check != checks_.end() && check->first == i; ++check) visit(*check->second);
+      if (i == instructions_.size()) break;
+      std::visit(visit, instructions_[i]);
+    }
+  }
+
+ private:
+  friend struct Plan;
+  std::vector<Instruction> instructions_;
+  // Each check that starts a gap: before instructions_[first].
+  std::vector<std::pair<size_t, const PlanCheck*>> checks_;
+};
 
 struct Plan {
   std::vector<ProgramStep> program;
@@ -82,9 +108,10 @@ struct Plan {
   // otherwise.
   std::optional<std::vector<ProgramStep>> stepsBefore(uint64_t base) const;
 
-  // The steps the worker replays for one request.
-  std::vector<PlanStep> evaluate(const PageAddress& page,
-                                 const RequestValues& values) const;
+  // The steps the worker replays for one request, into out (what it held
+  // before is dropped).
+  void evaluate(const PageAddress& page, const RequestValues& values,
+                PlanEvaluation& out) const;
 };
 
 // The plan of a whole body from the program its parse produced and the body

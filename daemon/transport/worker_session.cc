@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include <capnp/serialize.h>
+#include <kj/io.h>
 #include <spdlog/spdlog.h>
 
 #include "esi.capnp.h"
@@ -32,6 +33,9 @@ constexpr size_t kFilesPerPurged = size_t{16} * 1024;
 // A body esid keeps whole while it records the body's plan; a longer one is
 // parsed every time.
 constexpr size_t kMaxRecordedBody = 16 << 20;
+// The first segment of every splice and plan answer, reused: 32 KiB holds
+// a splice's budget and the plans of most pages.
+constexpr size_t kFirstSegmentWords = 4096;
 
 bool tooLong(capnp::Text::Reader text, size_t limit) { return text.size() > limit; }
 
@@ -120,7 +124,10 @@ WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
                              PlanStore& plans, FatalHandler onFatal)
     : socketFd_(socketFd), stats_(stats), purger_(purger), orders_(orders), plans_(plans),
       onFatal_(std::move(onFatal)),
-      rings_(ringSize), poll_(new uv_poll_t) {
+      rings_(ringSize), poll_(new uv_poll_t),
+      firstSegment_(kj::heapArray<capnp::word>(kFirstSegmentWords)) {
+  // MallocMessageBuilder takes it zeroed, and zeroes what it used again.
+  std::memset(firstSegment_.begin(), 0, firstSegment_.size() * sizeof(capnp::word));
   uv_poll_init(loop, poll_, rings_.daemonEventfd());
   poll_->data = this;
   ++stats_.connections;
@@ -458,16 +465,15 @@ void WorkerSession::recordPlan(const PlanKey& key, const Stream& stream) {
 
 bool WorkerSession::sendPlan(uint32_t id, const Plan& plan, const PageAddress& page,
                              const RequestValues& values) {
-  const std::vector<PlanStep> steps = plan.evaluate(page, values);
-  capnp::MallocMessageBuilder message;
+  plan.evaluate(page, values, evaluation_);
+  capnp::MallocMessageBuilder message(firstSegment_);
   auto response = message.initRoot<wire::Response>();
   response.setStream(id);
   auto body = response.initPlan();
   body.setLength(plan.length);
-  auto list = body.initSteps(static_cast<unsigned>(steps.size()));
-  for (size_t i = 0; i < steps.size(); ++i) {
-    std::visit([&](const auto& step) { encode(list[i], step); }, steps[i]);
-  }
+  auto list = body.initSteps(static_cast<unsigned>(evaluation_.size()));
+  unsigned i = 0;
+  evaluation_.forEach([&](const auto& step) { encode(list[i++], step); });
   // A plan travels as one message: with this request's values it must fit
   // the ring with room to spare.
   if (capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word) >
@@ -616,7 +622,7 @@ void WorkerSession::sendSplice(uint32_t id, StreamEntry& entry, bool last) {
     const bool final = next + count == instructions.size();
     if (final) entry.releasedSent = entry.stream->released();
 
-    capnp::MallocMessageBuilder message;
+    capnp::MallocMessageBuilder message(firstSegment_);
     auto response = message.initRoot<wire::Response>();
     response.setStream(id);
     auto splice = response.initSplice();
@@ -634,9 +640,25 @@ void WorkerSession::sendSplice(uint32_t id, StreamEntry& entry, bool last) {
 }
 
 void WorkerSession::send(capnp::MessageBuilder& message) {
+  const auto segments = message.getSegmentsForOutput();
+  if (segments.size() == 1 && pending_.empty()) {
+    // Nothing waits before it: written straight into the ring, if it has
+    // room (else queued like any other).
+    esi_ring_t& ring = rings_.responses();
+    const size_t length = capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word);
+    void* slot = length <= esi_ring_max_payload(&ring)
+                     ? esi_ring_reserve(&ring, static_cast<uint32_t>(length))
+                     : nullptr;
+    if (slot != nullptr) {
+      kj::ArrayOutputStream out(kj::arrayPtr(static_cast<kj::byte*>(slot), length));
+      capnp::writeMessage(out, segments);
+      commitAnswer(static_cast<uint32_t>(length));
+      return;
+    }
+  }
   kj::Array<capnp::word> bytes;
-  if (message.getSegmentsForOutput().size() == 1) {
-    bytes = capnp::messageToFlatArray(message);
+  if (segments.size() == 1) {
+    bytes = capnp::messageToFlatArray(segments);
   } else {
     // The worker reads single-segment messages only: copy into one segment
     // large enough for everything.
@@ -663,10 +685,14 @@ void WorkerSession::flushPending() {
       return;
     }
     std::memcpy(slot, bytes.begin(), length);
-    stats_.ringBytesOut += length;
-    if (esi_ring_commit(&ring, length)) rings_.wakeWorker();
+    commitAnswer(length);
     pending_.pop_front();
   }
+}
+
+void WorkerSession::commitAnswer(uint32_t length) {
+  stats_.ringBytesOut += length;
+  if (esi_ring_commit(&rings_.responses(), length)) rings_.wakeWorker();
 }
 
 void WorkerSession::violation(std::string_view reason) {

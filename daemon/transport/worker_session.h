@@ -87,6 +87,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   void sendSplice(uint32_t id, StreamEntry& entry, bool last);
   void send(capnp::MessageBuilder& message);
   void flushPending();
+  // Publishes an answer written into the ring's reserved slot.
+  void commitAnswer(uint32_t length);
   void violation(std::string_view reason);
 
   const int socketFd_;
@@ -100,6 +102,9 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   bool stopped_ = false;
   std::unordered_map<uint32_t, StreamEntry> streams_;
   std::deque<kj::Array<capnp::word>> pending_;
+  // What sendSplice() and sendPlan() build their messages in, kept zeroed.
+  kj::Array<capnp::word> firstSegment_;
+  PlanEvaluation evaluation_;  // sendPlan()'s, reused
   // Zones this worker announced: their indexes are in doubt when it goes
   // with reports unread.
   std::set<std::string, std::less<>> zones_;

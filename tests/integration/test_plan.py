@@ -163,6 +163,29 @@ class PlanTest(PlanTestCase):
                           % at, self.error_log())
             restore()
 
+    def test_a_page_of_many_constructs_replays_and_drops_late(self):
+        """More steps than the connector runs at a time: the replay goes
+        on from one batch to the next, and a construct near the end that
+        differs drops the plan there."""
+        names = ["abc"[i % 3] for i in range(40)]
+        body = "".join('<p>%d</p><esi:include src="/esi/%s"/>' % (i, n)
+                       for i, n in enumerate(names)) + "<p>end</p>"
+        expected = "".join("<p>%d</p>%s" % (i, n.upper())
+                           for i, n in enumerate(names)) + "<p>end</p>"
+        self.origin.route("/many", body)
+        for status in ("MISS", "HIT", "HIT", "HIT"):
+            self.hit("/many", expected, status)
+        self.assertEqual(self.counters()[0], 2)
+        old = '<p>39</p><esi:include src="/esi/a"/>'
+        restore = self.rewrite_cached_body(
+            old, '<p>39</p><esi:include src="/esi/b"/>')
+        self.hit("/many", expected[:expected.index("<p>39</p>")] +
+                 "<p>39</p>B<p>end</p>")
+        at = body.index(old) + len("<p>39</p>")
+        self.assertTrue(poll(lambda: "plan dropped at byte %d: a construct "
+                             "differs" % at in self.error_log()))
+        restore()
+
 
 class TinyZoneTest(PlanTestCase):
     """A zone too small for every plan keeps the most recently used."""
