@@ -4,7 +4,7 @@ $Cxx.namespace("esi::wire");
 # The only definition of every message between the NGINX connector and esid.
 # Framing, ring layout and failure rules: proto/README.md.
 
-const protocolVersion :UInt32 = 3;
+const protocolVersion :UInt32 = 4;
 
 # --- Unix socket ----------------------------------------------------------
 
@@ -20,10 +20,14 @@ struct Hello {
 }
 
 struct Welcome {
-  # esid to worker, sent with SCM_RIGHTS [memfd, workerEventfd, daemonEventfd].
+  # esid to worker, sent with SCM_RIGHTS [memfd, workerEventfd, daemonEventfd,
+  # arenaMemfd].
   version @0 :UInt32;
   ringSize @1 :UInt32;
   daemonPid @2 :UInt32;
+  arenaSize @3 :UInt64;
+  # The segment arena: gzip segments of plans, shared by every worker and
+  # mapped read-only (sealed against writes, growth and shrinking).
 }
 
 struct ControlReply {
@@ -111,6 +115,11 @@ struct Open {
   maxTagBytes @8 :UInt32;
   # esi_max_tag_size: the longest ESI tag, attributes included, that is
   # parsed; a longer one passes as text with a warning.  0: esid's default.
+  stitchLevel @9 :UInt8;
+  # esi_stitch_level when esi_stitch is on, 0 otherwise.  A stream that
+  # records a plan records its runs' gzip segments at this level.
+  segments @10 :Bool;
+  # This response is gzip-stitched: the plan may name segments.
 }
 
 struct RequestVars {
@@ -162,6 +171,23 @@ struct Plan {
   length @0 :UInt64;
   # Body bytes the plan describes; a body of another length drops it.
   steps @1 :List(PlanStep);
+  pin @2 :UInt32;
+  # Non-zero when steps name segments: esid added one to pin slot pin - 1 of
+  # this connection's pin table; the worker subtracts it once it no longer
+  # sends any of them, also when it does not use the plan.
+}
+
+struct Segment {
+  # A verbatim run deflated on its own (raw deflate ended with Z_FULL_FLUSH,
+  # so segments and live output concatenate).
+  offset @0 :UInt64;
+  length @1 :UInt32;
+  # Where its compressed bytes are in the arena.
+  crc @2 :UInt32;
+  # CRC-32 of the run's plaintext, for the gzip trailer.
+  head @3 :Data;
+  # The run's first bytes: the segment replaces the run only after they are
+  # found where the run starts.
 }
 
 struct PlanStep {
@@ -169,6 +195,8 @@ struct PlanStep {
     verbatim :group {
       offset @0 :UInt64;
       length @1 :UInt64;
+      segment @9 :Segment;
+      # Set only for a stream opened with segments.
     }
     include @2 :Include;
     check :group {

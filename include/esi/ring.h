@@ -21,6 +21,7 @@
 #define ESI_RING_MIN_SIZE     4096u
 #define ESI_RING_MAX_SIZE     (64u * 1024 * 1024)
 #define ESI_RECORD_HEADER     8u
+#define ESI_PIN_SLOTS         4096u         /* u32 pin counts after the rings */
 
 #define ESI_RECORD_MESSAGE    1u
 #define ESI_RECORD_PADDING    2u
@@ -66,7 +67,20 @@ typedef enum {
 static inline size_t
 esi_shm_size(uint32_t ring_size)
 {
-    return ESI_SHM_HEADER_SIZE + 2 * (size_t) ring_size;
+    return ESI_SHM_HEADER_SIZE + 2 * (size_t) ring_size
+           + ESI_PIN_SLOTS * sizeof(uint32_t);
+}
+
+
+/*
+ * The pin table: one count per slot of esid's segment arena, which esid
+ * raises before it names a slot's segments in a plan and the worker lowers
+ * once it no longer sends them.  It dies with the connection.
+ */
+static inline uint32_t *
+esi_shm_pins(uint8_t *shm, uint32_t ring_size)
+{
+    return (uint32_t *) (shm + ESI_SHM_HEADER_SIZE + 2 * (size_t) ring_size);
 }
 
 
