@@ -56,12 +56,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Main-matrix arms in the order each round measures them.  "esi-aa" is the
 # same target as "esi", measured again in the same round: the A/A arm.
-# "esiplan" is the same nginx configuration with parse plans on (esi_plan).
-MAIN_ARMS = ("esi", "esiplan", "varnish", "ssi", "noesi", "esi-aa")
+# "esiplan" is the same nginx configuration with parse plans on (esi_plan),
+# "esistitch" with plans and gzip stitching (esi_stitch).
+MAIN_ARMS = ("esi", "esiplan", "esistitch", "varnish", "ssi", "noesi",
+             "esi-aa")
 COST_ARMS = ("esi-off", "esi-on", "esi-plan", "esi-on-aa")
 ARM_LABEL = {
     "esi": "esid + module",
     "esiplan": "esid + module, plans",
+    "esistitch": "esid + module, plans, stitch",
     "esi-plan": "esi on, plans",
     "esi-aa": "esid + module (A/A)",
     "varnish": "Varnish 7.1",
@@ -614,6 +617,7 @@ class Bench:
                 self.expected[("main", row)] = flat
                 self.urls[("main", row, "esi")] = "/esi/" + name
                 self.urls[("main", row, "esiplan")] = "/esi/" + name
+                self.urls[("main", row, "esistitch")] = "/esi/" + name
                 self.urls[("main", row, "varnish")] = "/esi/" + name
                 self.urls[("main", row, "ssi")] = "/ssi/" + name
                 self.urls[("main", row, "noesi")] = "/flat/" + name
@@ -694,6 +698,20 @@ class Bench:
         proc, port = self.nginx("esiplan", http, "load_module %s;" % module)
         self.targets["esiplan"] = Target("esiplan", port, [proc, esid])
         log("esiplan  on 127.0.0.1:%d (nginx + module + esid, plans)" % port)
+
+        # The same with plans and gzip stitching: cached runs go out as the
+        # segments esid deflated once; fragments are deflated live.
+        http = target_http("esistitch", "/esi/",
+                           "            esi on;\n            esi_plan plans;\n"
+                           "            esi_stitch on;",
+                           "    esi_daemon unix:%s;\n"
+                           "    esi_cookies user theme;\n"
+                           "    esi_plan_zone plans:64m;" % sock,
+                           "$esi_status")
+        proc, port = self.nginx("esistitch", http, "load_module %s;" % module)
+        self.targets["esistitch"] = Target("esistitch", port, [proc, esid])
+        log("esistitch on 127.0.0.1:%d (nginx + module + esid, plans, "
+            "stitch)" % port)
 
         # NGINX with ESI off (module loaded, `esi off`): the same bytes,
         # already assembled.
@@ -1096,6 +1114,7 @@ def write_results(args, info, main_res, cost_res, lang_res, started,
 
 
 TARGET_OF_ARM = {"esi": "esi", "esi-aa": "esi", "esiplan": "esiplan",
+                 "esistitch": "esistitch",
                  "varnish": "varnish", "ssi": "ssi", "noesi": "noesi",
                  "esi-off": "noesi", "esi-on": "esi", "esi-plan": "esiplan",
                  "esi-on-aa": "esi", "without": "esi", "with": "esi",
@@ -1147,55 +1166,62 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                  "against our own A/A arm:")
         L.append("")
         L.append("| N | D | esid + module | A/A | A/A drift | with plans | "
-                 "Varnish 7.1 | ours / Varnish | with plans / Varnish | "
-                 "nginx SSI | nginx, no ESI | ours / no ESI | faster |")
+                 "plans + stitch | Varnish 7.1 | ours / Varnish | "
+                 "with plans / Varnish | plans + stitch / Varnish | "
+                 "nginx SSI | nginx, no ESI | ours / no ESI | "
+                 "faster (plans + stitch) |")
         L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-                 "---:|---|")
+                 "---:|---:|---:|---|")
         for row, r in main_res.items():
             aa = ratio(r["esi"], r["esi-aa"])
             L.append("| %d | %d ms | %s | %s | %s | %s | %s | %s | %s | %s "
-                     "| %s | %s | %s |" % (
+                     "| %s | %s | %s | %s | %s |" % (
                          row[0], row[1],
                          cell(r["esi"], "rps", fmt),
                          cell(r["esi-aa"], "rps", fmt), pct(aa),
                          cell(r["esiplan"], "rps", fmt),
+                         cell(r["esistitch"], "rps", fmt),
                          cell(r["varnish"], "rps", fmt),
                          fmt_ratio(ratio(r["esi"], r["varnish"])),
                          fmt_ratio(ratio(r["esiplan"], r["varnish"])),
+                         fmt_ratio(ratio(r["esistitch"], r["varnish"])),
                          cell(r["ssi"], "rps", fmt),
                          cell(r["noesi"], "rps", fmt),
                          fmt_ratio(ratio(r["esi"], r["noesi"])),
-                         verdict(r["esi"], r["varnish"], aa)))
+                         verdict(r["esistitch"], r["varnish"], aa)))
         L.append("")
         L.append("Latency, p50 / p99 in ms (median of the runs):")
         L.append("")
-        L.append("| N | D | esid + module | A/A | with plans | Varnish 7.1 "
-                 "| nginx SSI | nginx, no ESI |")
-        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        L.append("| N | D | esid + module | A/A | with plans | "
+                 "plans + stitch | Varnish 7.1 | nginx SSI | nginx, no ESI |")
+        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row, r in main_res.items():
             L.append("| %d | %d ms | %s |" % (row[0], row[1], " | ".join(
                 cell(r[a], "p50", fmt_ms) + " / " + cell(r[a], "p99", fmt_ms)
                 if "differs" not in r[a] else "differs"
-                for a in ("esi", "esi-aa", "esiplan", "varnish", "ssi",
-                          "noesi"))))
+                for a in ("esi", "esi-aa", "esiplan", "esistitch", "varnish",
+                          "ssi", "noesi"))))
         L.append("")
         L.append("CPU per request in microseconds (utime + stime of the "
                  "target's processes; ours counts nginx and esid, esid's "
                  "part in its own column):")
         L.append("")
         L.append("| N | D | esid + module | of it esid | A/A | with plans | "
-                 "Varnish 7.1 | ours / Varnish | nginx SSI | nginx, no ESI |")
-        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                 "plans + stitch | Varnish 7.1 | ours / Varnish | "
+                 "nginx SSI | nginx, no ESI |")
+        L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row, r in main_res.items():
             try:
                 cr = r["esi"]["cpu_us"] / r["varnish"]["cpu_us"]
             except (KeyError, ZeroDivisionError):
                 cr = float("nan")
-            L.append("| %d | %d ms | %s | %s | %s | %s | %s | %s | %s | %s |"
+            L.append("| %d | %d ms | %s | %s | %s | %s | %s | %s | %s | %s "
+                     "| %s |"
                      % (row[0], row[1], cell(r["esi"], "cpu_us", fmt),
                 cell(r["esi"], "cpu_us_esid", fmt),
                 cell(r["esi-aa"], "cpu_us", fmt),
                 cell(r["esiplan"], "cpu_us", fmt),
+                cell(r["esistitch"], "cpu_us", fmt),
                 cell(r["varnish"], "cpu_us", fmt), fmt_ratio(cr),
                 cell(r["ssi"], "cpu_us", fmt),
                 cell(r["noesi"], "cpu_us", fmt)))
@@ -1464,7 +1490,7 @@ def main():
                         passed += not problem
             # Each plan arm's third fetch was a planned hit.
             planned = bench.esid_stats()["planned"]
-            expected = len(rows) + len(cost_rows) + sum(
+            expected = 2 * len(rows) + len(cost_rows) + sum(
                 len(LANG_ARMS) - 1 for row in lang_rows if row[2] == "on")
             log("planned hits: %d" % planned)
             if planned < expected:

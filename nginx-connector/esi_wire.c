@@ -459,6 +459,17 @@ esi_wire_field(esi_wire_out_t *s, unsigned off, unsigned size)
 
 
 void
+esi_wire_set_u8(esi_wire_out_t *s, unsigned off, uint8_t v)
+{
+    uint8_t  *p = esi_wire_field(s, off, 1);
+
+    if (p) {
+        *p = v;
+    }
+}
+
+
+void
 esi_wire_set_u16(esi_wire_out_t *s, unsigned off, uint16_t v)
 {
     uint8_t  *p = esi_wire_field(s, off, 2);

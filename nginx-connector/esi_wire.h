@@ -93,6 +93,7 @@ int esi_wire_root(esi_wire_builder_t *b, uint16_t data_words,
 int esi_wire_set_struct(esi_wire_out_t *s, unsigned ptr, uint16_t data_words,
     uint16_t ptr_count, esi_wire_out_t *out);
 
+void esi_wire_set_u8(esi_wire_out_t *s, unsigned off, uint8_t v);
 void esi_wire_set_u16(esi_wire_out_t *s, unsigned off, uint16_t v);
 void esi_wire_set_u32(esi_wire_out_t *s, unsigned off, uint32_t v);
 void esi_wire_set_u64(esi_wire_out_t *s, unsigned off, uint64_t v);

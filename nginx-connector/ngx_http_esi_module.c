@@ -20,6 +20,12 @@
 
 #if (NGX_ZLIB)
 #include "esi_inflate.h"
+#include "ngx_http_esi_stitch.h"
+#endif
+
+/* memfd seals of Linux 5.1 that older headers lack */
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE            0x0010
 #endif
 
 
@@ -62,6 +68,7 @@
 #define NGX_HTTP_ESI_TRY_START         5
 #define NGX_HTTP_ESI_TRY_EXCEPT        6
 #define NGX_HTTP_ESI_TRY_END           7
+#define NGX_HTTP_ESI_SEGMENT           8    /* a run's gzip, from a plan */
 
 /* a request variable longer than this is not sent: esid ignores it anyway */
 #define NGX_HTTP_ESI_VAR_MAX           8192
@@ -140,6 +147,8 @@ typedef struct {
     ngx_http_complex_value_t  *purge_key;
 
     ngx_http_esi_plan_zone_t  *plan;        /* NULL: esi_plan off */
+    ngx_flag_t                 stitch;
+    ngx_uint_t                 stitch_level;
 
     ngx_array_t               *cookies;     /* of ngx_str_t; NULL: none */
 
@@ -157,6 +166,19 @@ typedef struct {
     unsigned                   esi:1;       /* content="ESI/1.0" */
     unsigned                   no_store:1;
 } ngx_http_esi_surrogate_t;
+
+
+/*
+ * esid's segment arena, mapped read-only.  A worker that reconnects maps
+ * the new one and unmaps the old when its last request sending from it is
+ * over.
+ */
+
+typedef struct {
+    u_char                    *start;
+    size_t                     size;
+    ngx_uint_t                 refs;        /* requests, and esi_daemon's */
+} ngx_http_esi_arena_t;
 
 
 typedef struct ngx_http_esi_held_s  ngx_http_esi_held_t;
@@ -181,7 +203,8 @@ struct ngx_http_esi_insn_s {
     ngx_str_t                  args;
     ngx_str_t                  alt_path;
     ngx_str_t                  alt_args;
-    ngx_str_t                  text;        /* LITERAL */
+    ngx_str_t                  text;        /* LITERAL, SEGMENT */
+    uint32_t                   crc;         /* SEGMENT */
     unsigned                   continue_on_error:1;
     unsigned                   last:1;
     ngx_http_esi_insn_t       *next;
@@ -210,6 +233,10 @@ typedef struct {
     off_t                      length;
     u_char                    *bytes;       /* CHECK, LITERAL */
     ngx_http_esi_insn_t       *include;     /* INCLUDE: a template */
+    ngx_str_t                  segment;     /* VERBATIM: in the arena */
+    uint32_t                   crc;
+    u_char                    *head;        /* ... the run's first bytes */
+    size_t                     head_len;
 } ngx_http_esi_step_t;
 
 
@@ -272,6 +299,10 @@ typedef struct ngx_http_esi_ctx_s {
     off_t                      plan_length;
     off_t                      base;        /* first byte esid parses */
     ngx_uint_t                 includes;    /* issued, alt= not counted */
+    ngx_http_esi_arena_t      *arena;       /* the plan's segments are here */
+    uint32_t                   pin;         /* ... pinned in this slot + 1 */
+    ngx_uint_t                 pin_session; /* ... of this connection */
+    off_t                      passed;      /* fallen: input a segment sent */
     off_t                      fragment_room; /* esi_max_fragment_size left */
 
 #if (NGX_ZLIB)
@@ -309,6 +340,7 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   planned:1;    /* replaying a plan */
     unsigned                   plan_more:1;  /* ... stopped after a batch */
     unsigned                   plan_failed:1;
+    unsigned                   segments:1;   /* the response is stitched */
 } ngx_http_esi_ctx_t;
 
 
@@ -400,8 +432,11 @@ typedef struct {
     size_t                     hello_sent;
     uint64_t                   welcome[NGX_HTTP_ESI_WELCOME_WORDS];
     size_t                     welcome_len;
-    int                        fds[3];
+    int                        fds[4];
     ngx_uint_t                 nfds;
+    ngx_http_esi_arena_t      *arena;
+    uint32_t                  *pins;        /* the connection's pin table */
+    ngx_uint_t                 session;     /* counts connections */
 
     unsigned                   lost_reports:1;  /* since the last announce */
 } ngx_http_esi_daemon_t;
@@ -415,6 +450,11 @@ static void ngx_http_esi_hello_handler(ngx_event_t *wev);
 static void ngx_http_esi_socket_handler(ngx_event_t *rev);
 static ngx_int_t ngx_http_esi_read_welcome(ngx_http_esi_daemon_t *d);
 static ngx_int_t ngx_http_esi_attach(ngx_http_esi_daemon_t *d);
+static ngx_int_t ngx_http_esi_map_arena(ngx_http_esi_daemon_t *d,
+    ngx_fd_t fd, uint64_t size);
+static void ngx_http_esi_unref_arena(ngx_http_esi_arena_t *arena);
+static void ngx_http_esi_unpin(ngx_http_esi_daemon_t *d, uint32_t pin,
+    ngx_uint_t session);
 static void ngx_http_esi_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
     const char *reason);
 static void ngx_http_esi_close(ngx_http_esi_daemon_t *d);
@@ -513,6 +553,10 @@ static ngx_int_t ngx_http_esi_fragment_limit(ngx_http_request_t *r,
 static ngx_int_t ngx_http_esi_fragment_marker(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_literal(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_str_t *text);
+#if (NGX_ZLIB)
+static ngx_int_t ngx_http_esi_segment(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_http_esi_insn_t *insn);
+#endif
 static ngx_int_t ngx_http_esi_try_start(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_try_except(ngx_http_esi_ctx_t *ctx);
@@ -543,6 +587,10 @@ static void ngx_http_esi_identify(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_loc_conf_t *elcf);
 static ngx_int_t ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx,
     esi_wire_struct_t *root);
+static ngx_int_t ngx_http_esi_plan_unused(ngx_http_esi_daemon_t *d,
+    esi_wire_struct_t *root);
+static ngx_int_t ngx_http_esi_plan_segment(ngx_http_esi_ctx_t *ctx,
+    esi_wire_struct_t *step, ngx_str_t *room, ngx_http_esi_step_t *out);
 static u_char *ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
     const uint8_t *bytes, size_t len);
 static ngx_int_t ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx);
@@ -603,6 +651,8 @@ static char *ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_int_t ngx_http_esi_stitch_check(ngx_conf_t *cf,
+    ngx_http_esi_loc_conf_t *elcf);
 static ngx_int_t ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
 static char *ngx_http_esi_tag_size_bounds(ngx_conf_t *cf, void *post,
     void *data);
@@ -622,6 +672,11 @@ static ngx_conf_enum_t  ngx_http_esi_fallback_modes[] = {
     { ngx_string("passthrough"), NGX_HTTP_ESI_PASSTHROUGH },
     { ngx_string("abort"), NGX_HTTP_ESI_ABORT },
     { ngx_null_string, 0 }
+};
+
+
+static ngx_conf_num_bounds_t  ngx_http_esi_stitch_level_bounds = {
+    ngx_conf_check_num_bounds, 1, 9
 };
 
 
@@ -757,6 +812,20 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
+
+    { ngx_string("esi_stitch"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, stitch),
+      NULL },
+
+    { ngx_string("esi_stitch_level"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, stitch_level),
+      &ngx_http_esi_stitch_level_bounds },
 
     { ngx_string("esi_cookies"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
@@ -1149,7 +1218,7 @@ ngx_http_esi_read_welcome(ngx_http_esi_daemon_t *d)
     struct cmsghdr  *cmsg;
     union {
         struct cmsghdr  cm;
-        u_char          space[CMSG_SPACE(4 * sizeof(int))];
+        u_char          space[CMSG_SPACE(5 * sizeof(int))];
     } cmsgbuf;
 
     for ( ;; ) {
@@ -1193,7 +1262,7 @@ ngx_http_esi_read_welcome(ngx_http_esi_daemon_t *d)
             nfd = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
             for (i = 0; i < nfd; i++) {
-                if (d->nfds < 3) {
+                if (d->nfds < 4) {
                     d->fds[d->nfds++] = fd[i];
 
                 } else {
@@ -1250,6 +1319,7 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
     int                 seals;
     u_char             *shm;
     uint32_t            version, ring_size, pid;
+    uint64_t            arena_size;
     ngx_connection_t   *c;
     esi_shm_header_t   *hdr;
     esi_wire_msg_t      msg;
@@ -1265,6 +1335,7 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
     version = esi_wire_u32(&root, ESI_WIRE_WELCOME_VERSION_OFFSET);
     ring_size = esi_wire_u32(&root, ESI_WIRE_WELCOME_RING_SIZE_OFFSET);
     pid = esi_wire_u32(&root, ESI_WIRE_WELCOME_DAEMON_PID_OFFSET);
+    arena_size = esi_wire_u64(&root, ESI_WIRE_WELCOME_ARENA_SIZE_OFFSET);
 
     if (version != ESI_WIRE_PROTOCOL_VERSION) {
         ngx_log_error(NGX_LOG_ERR, d->log, 0,
@@ -1273,7 +1344,7 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
         return NGX_ERROR;
     }
 
-    if (d->nfds != 3 || !esi_ring_size_valid(ring_size)) {
+    if (d->nfds != 4 || !esi_ring_size_valid(ring_size)) {
         ngx_log_error(NGX_LOG_ERR, d->log, 0,
                       "esi: invalid welcome from esid: %ui descriptors, "
                       "ring size %uD", d->nfds, ring_size);
@@ -1327,8 +1398,18 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
     esi_ring_attach(&d->rx, &hdr->to_worker,
                     shm + ESI_SHM_HEADER_SIZE + ring_size, ring_size);
 
+    d->pins = esi_shm_pins(shm, ring_size);
+    d->session++;
+
     close(d->fds[0]);
     d->fds[0] = -1;
+
+    if (ngx_http_esi_map_arena(d, d->fds[3], arena_size) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    close(d->fds[3]);
+    d->fds[3] = -1;
 
     c = ngx_get_connection(d->fds[1], d->log);
     if (c == NULL) {
@@ -1377,6 +1458,95 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
     ngx_post_event(c->read, &ngx_posted_events);
 
     return NGX_OK;
+}
+
+
+/*
+ * The segment arena: sealed so that it can neither be written through a
+ * new mapping nor change size (a send from it would fault), mapped
+ * read-only.  An empty one means esid stitches nothing.
+ */
+
+static ngx_int_t
+ngx_http_esi_map_arena(ngx_http_esi_daemon_t *d, ngx_fd_t fd, uint64_t size)
+{
+    int                    seals, need;
+    u_char                *start;
+    struct stat            st;
+    ngx_http_esi_arena_t  *arena;
+
+    if (size == 0) {
+        return NGX_OK;
+    }
+
+    need = F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_FUTURE_WRITE;
+    seals = fcntl(fd, F_GET_SEALS);
+
+    if (seals == -1 || (seals & need) != need) {
+        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                      "esi: the segment arena from esid is not sealed");
+        return NGX_ERROR;
+    }
+
+    if (fstat(fd, &st) == -1
+        || size > (uint64_t) NGX_MAX_SIZE_T_VALUE
+        || (uint64_t) st.st_size != size)
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                      "esi: the segment arena from esid has the wrong size");
+        return NGX_ERROR;
+    }
+
+    arena = ngx_alloc(sizeof(ngx_http_esi_arena_t), d->log);
+    if (arena == NULL) {
+        return NGX_ERROR;
+    }
+
+    start = mmap(NULL, (size_t) size, PROT_READ, MAP_SHARED, fd, 0);
+
+    if (start == MAP_FAILED) {
+        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                      "esi: mmap() of the segment arena failed");
+        ngx_free(arena);
+        return NGX_ERROR;
+    }
+
+    arena->start = start;
+    arena->size = (size_t) size;
+    arena->refs = 1;
+
+    d->arena = arena;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_esi_unref_arena(ngx_http_esi_arena_t *arena)
+{
+    if (--arena->refs) {
+        return;
+    }
+
+    munmap(arena->start, arena->size);
+    ngx_free(arena);
+}
+
+
+/*
+ * The request is over, or never used the plan: its pin on the plan's
+ * segments goes, in the table of the connection that set it (none if
+ * that connection is gone, and its pins with it).
+ */
+
+static void
+ngx_http_esi_unpin(ngx_http_esi_daemon_t *d, uint32_t pin, ngx_uint_t session)
+{
+    if (pin == 0 || d->pins == NULL || session != d->session) {
+        return;
+    }
+
+    (void) __atomic_fetch_sub(&d->pins[pin - 1], 1, __ATOMIC_RELEASE);
 }
 
 
@@ -1438,7 +1608,7 @@ ngx_http_esi_close(ngx_http_esi_daemon_t *d)
         d->daemon_fd = -1;
     }
 
-    for (i = 0; i < ngx_min(d->nfds, 3); i++) {
+    for (i = 0; i < ngx_min(d->nfds, 4); i++) {
         if (d->fds[i] != -1) {
             close(d->fds[i]);
         }
@@ -1449,6 +1619,12 @@ ngx_http_esi_close(ngx_http_esi_daemon_t *d)
     if (d->shm) {
         munmap(d->shm, d->shm_size);
         d->shm = NULL;
+        d->pins = NULL;
+    }
+
+    if (d->arena) {
+        ngx_http_esi_unref_arena(d->arena);
+        d->arena = NULL;
     }
 
     if (d->pool) {
@@ -1579,6 +1755,11 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
         }
 
         /* a stream we cancelled or failed, a purge that is over */
+
+        if (which == ESI_WIRE_RESPONSE_PLAN_WHICH) {
+            return ngx_http_esi_plan_unused(d, &root);
+        }
+
         return NGX_OK;
     }
 
@@ -2023,23 +2204,25 @@ ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx)
 static ngx_int_t
 ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 {
-    off_t                 pos, checked;
-    size_t                len;
-    uint16_t              which;
-    uint32_t              i;
-    uint64_t              offset, length, plan_length;
-    ngx_int_t             rc;
-    ngx_log_t            *log;
-    ngx_str_t             room;
-    const uint8_t        *bytes;
-    ngx_http_request_t   *r;
-    ngx_http_esi_step_t  *step;
-    ngx_http_esi_insn_t  *insn;
-    esi_wire_list_t       list;
-    esi_wire_struct_t     plan, in, inc;
+    off_t                   pos, checked;
+    size_t                  len;
+    uint16_t                which;
+    uint32_t                i, pin;
+    uint64_t                offset, length, plan_length;
+    ngx_int_t               rc;
+    ngx_log_t              *log;
+    ngx_str_t               room;
+    const uint8_t          *bytes;
+    ngx_http_request_t     *r;
+    ngx_http_esi_step_t    *step;
+    ngx_http_esi_insn_t    *insn;
+    ngx_http_esi_daemon_t  *d;
+    esi_wire_list_t         list;
+    esi_wire_struct_t       plan, in, inc;
 
     r = ctx->request;
-    log = ngx_http_esi_daemon.log;
+    d = &ngx_http_esi_daemon;
+    log = d->log;
     ngx_str_null(&room);
 
     if (!ctx->plan_wait) {
@@ -2059,6 +2242,22 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
     if (plan_length > (uint64_t) NGX_MAX_OFF_T_VALUE) {
         goto malformed;
+    }
+
+    pin = esi_wire_u32(&plan, ESI_WIRE_PLAN_PIN_OFFSET);
+
+    if (pin) {
+
+        /* held from here on, whatever becomes of the plan */
+
+        if (!ctx->segments || pin > ESI_PIN_SLOTS || d->arena == NULL) {
+            goto malformed;
+        }
+
+        ctx->pin = pin;
+        ctx->pin_session = d->session;
+        ctx->arena = d->arena;
+        ctx->arena->refs++;
     }
 
     ctx->steps = ngx_palloc(r->pool, list.count * sizeof(ngx_http_esi_step_t));
@@ -2098,6 +2297,17 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
             step->offset = (off_t) offset;
             step->length = (off_t) length;
             pos = step->offset + step->length;
+
+            rc = ngx_http_esi_plan_segment(ctx, &in, &room, step);
+
+            if (rc == NGX_ERROR) {
+                goto local_failure;
+            }
+
+            if (rc != NGX_OK) {
+                goto malformed;
+            }
+
             break;
 
         case ESI_WIRE_PLAN_STEP_CHECK_WHICH:
@@ -2241,6 +2451,92 @@ local_failure:
 
 
 /*
+ * A verbatim step's segment, if esid named one: inside the arena, pinned,
+ * with a head no longer than its run.  NGX_DECLINED: malformed.
+ */
+
+static ngx_int_t
+ngx_http_esi_plan_segment(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *step,
+    ngx_str_t *room, ngx_http_esi_step_t *out)
+{
+    size_t                 len;
+    uint32_t               zlen;
+    uint64_t               zoff;
+    const uint8_t         *head;
+    esi_wire_struct_t      seg;
+    ngx_http_esi_arena_t  *arena;
+
+    if (esi_wire_get_struct(step, ESI_WIRE_PLAN_STEP_VERBATIM_SEGMENT_PTR,
+                            &seg)
+        != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    zoff = esi_wire_u64(&seg, ESI_WIRE_SEGMENT_OFFSET_OFFSET);
+    zlen = esi_wire_u32(&seg, ESI_WIRE_SEGMENT_LENGTH_OFFSET);
+
+    if (zlen == 0) {
+        return NGX_OK;
+    }
+
+    arena = ctx->arena;
+
+    if (ctx->pin == 0
+        || zoff > arena->size
+        || zlen > arena->size - zoff
+        || esi_wire_get_data(&seg, ESI_WIRE_SEGMENT_HEAD_PTR, &head, &len)
+           != 0
+        || len == 0
+        || len > NGX_HTTP_ESI_CHECK_MAX
+        || (off_t) len > out->length)
+    {
+        return NGX_DECLINED;
+    }
+
+    out->segment.data = arena->start + zoff;
+    out->segment.len = zlen;
+    out->crc = esi_wire_u32(&seg, ESI_WIRE_SEGMENT_CRC_OFFSET);
+    out->head_len = len;
+
+    out->head = ngx_http_esi_plan_copy(ctx->request, room, head, len);
+    if (out->head == NULL) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* a plan for a stream that is gone: its pin goes at once */
+
+static ngx_int_t
+ngx_http_esi_plan_unused(ngx_http_esi_daemon_t *d, esi_wire_struct_t *root)
+{
+    uint32_t           pin;
+    esi_wire_struct_t  plan;
+
+    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PLAN_PTR, &plan) != 0) {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: malformed plan from esid");
+        return NGX_ERROR;
+    }
+
+    pin = esi_wire_u32(&plan, ESI_WIRE_PLAN_PIN_OFFSET);
+
+    if (pin > ESI_PIN_SLOTS || (pin && d->arena == NULL)) {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: plan from esid with pin %uD", pin);
+        return NGX_ERROR;
+    }
+
+    ngx_http_esi_unpin(d, pin, d->session);
+
+    return NGX_OK;
+}
+
+
+/*
  * The bytes of a plan's checks and literals, copied out of the ring into
  * a few blocks of the request's pool rather than one allocation each.
  */
@@ -2314,6 +2610,45 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
             }
 
             end = step->offset + step->length;
+
+            if (step->segment.len && ctx->plan_pos == step->offset) {
+
+                /* its gzip instead, once its first bytes are the run's */
+
+                if (ctx->received < step->offset + (off_t) step->head_len) {
+                    if (ctx->input_done) {
+                        return ngx_http_esi_plan_drop(ctx, ctx->plan_pos,
+                                                      "the body is shorter");
+                    }
+
+                    goto released;
+                }
+
+                if (!ngx_http_esi_held_equal(ctx, step->offset, step->head,
+                                             step->head_len))
+                {
+                    return ngx_http_esi_plan_drop(ctx, step->offset,
+                                                  "a run differs");
+                }
+
+                insn = ngx_http_esi_insn(ctx);
+                if (insn == NULL) {
+                    return NGX_ERROR;
+                }
+
+                insn->type = NGX_HTTP_ESI_SEGMENT;
+                insn->offset = step->offset;
+                insn->length = (size_t) step->length;
+                insn->text = step->segment;
+                insn->crc = step->crc;
+
+                *ctx->last_insn = insn;
+                ctx->last_insn = &insn->next;
+
+                ctx->plan_pos = end;
+                break;
+            }
+
             to = ngx_min(end, ctx->received);
 
             if (to > ctx->plan_pos) {
@@ -3063,6 +3398,11 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
                              (uint64_t) ctx->base);
             esi_wire_set_bool(&open, ESI_WIRE_OPEN_PLAN_FAILED_BIT,
                               ctx->plan_failed);
+            esi_wire_set_u8(&open, ESI_WIRE_OPEN_STITCH_LEVEL_OFFSET,
+                            (uint8_t) (elcf->stitch ? elcf->stitch_level
+                                                    : 0));
+            esi_wire_set_bool(&open, ESI_WIRE_OPEN_SEGMENTS_BIT,
+                              ctx->segments);
 
             if (!ctx->plan_failed) {
 
@@ -3582,10 +3922,6 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 
     ngx_http_esi_identify(r, ctx, elcf);
 
-    if (ngx_http_esi_open(r, ctx) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
     if (encoding == NGX_HTTP_ESI_GZIP) {
 
         /* gunzip did not decode it: we do, and gzip may encode the result */
@@ -3594,6 +3930,26 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 
         r->headers_out.content_encoding->hash = 0;
         r->headers_out.content_encoding = NULL;
+    }
+
+#if (NGX_ZLIB)
+
+    /* before the open: it tells esid whether the plan may name segments */
+
+    if (elcf->stitch && r == r->main) {
+        rc = ngx_http_esi_stitch_start(r, elcf->stitch_level);
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        ctx->segments = (rc == NGX_OK);
+    }
+
+#endif
+
+    if (ngx_http_esi_open(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     ngx_http_clear_content_length(r);
@@ -4230,6 +4586,16 @@ ngx_http_esi_cleanup(void *data)
 
     ngx_http_esi_forget(ctx);
 
+    /* nothing of the request is on its way to the client any more */
+
+    ngx_http_esi_unpin(&ngx_http_esi_daemon, ctx->pin, ctx->pin_session);
+    ctx->pin = 0;
+
+    if (ctx->arena) {
+        ngx_http_esi_unref_arena(ctx->arena);
+        ctx->arena = NULL;
+    }
+
     if (ctx->wake_queued) {
         ngx_queue_remove(&ctx->wake_link);
         ctx->wake_queued = 0;
@@ -4748,6 +5114,7 @@ static ngx_int_t
 ngx_http_esi_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_chain_t *in)
 {
+    off_t         size;
     ngx_chain_t  *cl;
 
     if (ctx->zerror) {
@@ -4769,6 +5136,19 @@ ngx_http_esi_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     /* after a fallback, later input goes out as it came */
 
     for ( /* void */ ; in; in = in->next) {
+
+        if (ctx->passed) {
+            size = ngx_min(ctx->passed, ngx_buf_size(in->buf));
+            in->buf->pos += size;
+            ctx->passed -= size;
+
+            if (ngx_buf_size(in->buf) == 0 && !in->buf->last_buf
+                && !in->buf->last_in_chain && !in->buf->flush)
+            {
+                continue;
+            }
+        }
+
         cl = ngx_alloc_chain_link(r->pool);
         if (cl == NULL) {
             return NGX_ERROR;
@@ -4857,6 +5237,12 @@ ngx_http_esi_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
             case NGX_HTTP_ESI_LITERAL:
                 rc = ngx_http_esi_literal(r, ctx, &insn->text);
                 break;
+
+#if (NGX_ZLIB)
+            case NGX_HTTP_ESI_SEGMENT:
+                rc = ngx_http_esi_segment(r, ctx, insn);
+                break;
+#endif
 
             case NGX_HTTP_ESI_TRY_START:
                 rc = ngx_http_esi_try_start(r, ctx);
@@ -5365,6 +5751,51 @@ ngx_http_esi_literal(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 }
 
 
+#if (NGX_ZLIB)
+
+/*
+ * A run sent as its segment: the arena's bytes as they are, for the stitch
+ * filter to forward; the run's own bytes are released unread.
+ */
+
+static ngx_int_t
+ngx_http_esi_segment(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_insn_t *insn)
+{
+    ngx_chain_t             *cl;
+    ngx_http_esi_segment_t  *seg;
+
+    seg = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_segment_t));
+    if (seg == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl = ngx_alloc_chain_link(r->pool);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    seg->buf.memory = 1;
+    seg->buf.pos = insn->text.data;
+    seg->buf.last = insn->text.data + insn->text.len;
+    seg->buf.tag = (ngx_buf_tag_t) &ngx_http_esi_stitch_filter_module;
+    seg->crc = insn->crc;
+    seg->size = (off_t) insn->length;
+
+    cl->buf = &seg->buf;
+    cl->next = NULL;
+
+    *ctx->last_out = cl;
+    ctx->last_out = &cl->next;
+
+    ctx->verbatim_end = insn->offset + (off_t) insn->length;
+
+    return NGX_OK;
+}
+
+#endif
+
+
 /*
  * <esi:attempt>: what came before is set aside (the outermost try sends it
  * first), and ctx->out starts afresh to hold the attempt's output.
@@ -5513,6 +5944,7 @@ ngx_http_esi_skip(ngx_http_esi_ctx_t *ctx, ngx_http_esi_insn_t *insn)
         break;
 
     case NGX_HTTP_ESI_VERBATIM:
+    case NGX_HTTP_ESI_SEGMENT:
         ctx->verbatim_end = insn->offset + insn->length;
         break;
 
@@ -5670,6 +6102,12 @@ ngx_http_esi_fallback(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
         if (rc != NGX_OK) {
             return NGX_ERROR;
         }
+
+    } else {
+
+        /* a segment went out for bytes still to come: they must not */
+
+        ctx->passed = cut - ctx->received;
     }
 
     ctx->released = NGX_MAX_OFF_T_VALUE;
@@ -7271,6 +7709,8 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->max_tag_size = NGX_CONF_UNSET_SIZE;
     elcf->max_fragment_size = NGX_CONF_UNSET;
     elcf->plan = NGX_CONF_UNSET_PTR;
+    elcf->stitch = NGX_CONF_UNSET;
+    elcf->stitch_level = NGX_CONF_UNSET_UINT;
     elcf->cookies = NGX_CONF_UNSET_PTR;
     elcf->surrogate_control = NGX_CONF_UNSET;
 
@@ -7305,6 +7745,8 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_off_value(conf->max_fragment_size,
                              prev->max_fragment_size, 16 * 1024 * 1024);
     ngx_conf_merge_ptr_value(conf->plan, prev->plan, NULL);
+    ngx_conf_merge_value(conf->stitch, prev->stitch, 0);
+    ngx_conf_merge_uint_value(conf->stitch_level, prev->stitch_level, 6);
     ngx_conf_merge_ptr_value(conf->cookies, prev->cookies, NULL);
     ngx_conf_merge_str_value(conf->surrogate, prev->surrogate, "");
     ngx_conf_merge_value(conf->surrogate_control, prev->surrogate_control, 0);
@@ -7324,6 +7766,10 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->buffer_size < 8) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"esi_buffer_size\" is too small");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->stitch && ngx_http_esi_stitch_check(cf, conf) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
@@ -7738,6 +8184,41 @@ ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/* esi_stitch keeps its segments with the plans, and weaves below postpone */
+
+static ngx_int_t
+ngx_http_esi_stitch_check(ngx_conf_t *cf, ngx_http_esi_loc_conf_t *elcf)
+{
+#if (NGX_ZLIB && NGX_HTTP_GZIP)
+
+    if (elcf->plan == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"esi_stitch\" requires \"esi_plan\": its "
+                           "segments are kept with the plans");
+        return NGX_ERROR;
+    }
+
+    if (!ngx_http_esi_stitch_placed(cf->cycle)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"esi_stitch\" requires the module loaded with "
+                           "load_module, where its second filter sits below "
+                           "postpone; it was built into nginx");
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+
+#else
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"esi_stitch\" requires an nginx built with zlib "
+                       "and the gzip or gunzip module");
+    return NGX_ERROR;
+
+#endif
 }
 
 

@@ -1,0 +1,297 @@
+"""Gzip stitching (esi_stitch): the delivery that records a plan has esid
+deflate each verbatim run once; later gzip deliveries send those segments
+as they are and deflate only what is not one (fragments, literals), with
+the trailer's CRC folded.  Every gzip response here is read back through
+zlib, which checks the CRC-32 and the length."""
+
+import hashlib
+import json
+import socket
+import zlib
+
+from harness import EsiTestCase
+from test_plan import PlanTestCase
+
+GZIP = {"Accept-Encoding": "gzip"}
+LEVEL = 6                   # esi_stitch_level's default
+HEAD = 32                   # bytes of a run checked before its segment
+MIN_RUN = 128               # shorter runs are deflated live
+
+
+def text(seed, size):
+    """Text that deflates to about half its size: hex of a hash chain."""
+    out, h = [], seed.encode()
+    while sum(map(len, out)) < size:
+        h = hashlib.sha256(h).digest()
+        out.append(h.hex() + " ")
+    return "".join(out)[:size]
+
+
+CONSTRUCTS = ['<esi:include src="/esi/a"/>', '<esi:remove>gone</esi:remove>',
+              '<esi:include src="/esi/b"/>', '<!--esi <b>kept</b> -->']
+
+
+def runs_of(seed, sizes=(700, 300, 2000, 150, 500)):
+    return [text("%s%d" % (seed, i), n) for i, n in enumerate(sizes)]
+
+
+def page(runs, constructs=CONSTRUCTS):
+    out = runs[0]
+    for construct, run in zip(constructs, runs[1:]):
+        out += construct + run
+    return out
+
+
+def assembled(body):
+    return (body.replace(CONSTRUCTS[0], "A").replace(CONSTRUCTS[1], "")
+            .replace(CONSTRUCTS[2], "B").replace(CONSTRUCTS[3], " <b>kept</b> "))
+
+
+def gunzip(data):
+    """The plaintext of one whole gzip member; fails on a bad CRC or
+    length, or on bytes after the member."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = d.decompress(data) + d.flush()
+    assert d.eof, "the gzip stream is cut short"
+    assert not d.unused_data, "bytes after the gzip member"
+    return out
+
+
+def segment(run, level=LEVEL):
+    """What esid stores for a run: raw deflate ended by a full flush."""
+    c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 8)
+    return c.compress(run.encode()) + c.flush(zlib.Z_FULL_FLUSH)
+
+
+class StitchTestCase(PlanTestCase):
+    HTTP = "esi_plan_zone plans:4m;"
+    LOCATION = "esi_plan plans; esi_stitch on; gzip_vary on;"
+
+    def gz(self, path, status="HIT", headers=None):
+        code, hdrs, body = self.get(path, dict(GZIP, **(headers or {})))
+        self.assertEqual(code, 200)
+        self.assertEqual(hdrs.get("X-Cache-Status"), status)
+        self.assertEqual(hdrs.get("Content-Encoding"), "gzip")
+        self.assertIsNone(hdrs.get("Content-Length"))
+        return body
+
+    def warm(self, path, body):
+        """The miss, then the hit that records the plan and its segments."""
+        self.origin.route(path, body)
+        for status in ("MISS", "HIT"):
+            self.assertEqual(gunzip(self.gz(path, status)),
+                             assembled(body).encode())
+
+    def zone_json(self, name):
+        r = self.esictl("plans", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        return json.loads(r.stdout)[name]
+
+    def assertStitched(self, raw, runs):
+        for run in runs:
+            if len(run) >= MIN_RUN:
+                self.assertIn(segment(run), raw,
+                              "run %r... was not sent as its segment" %
+                              run[:16])
+
+
+class StitchTest(StitchTestCase):
+
+    def test_a_planned_hit_sends_each_runs_segment_in_valid_gzip(self):
+        runs = runs_of("p")
+        body = page(runs)
+        self.origin.route("/p", body)
+        first = self.gz("/p", "MISS")
+        self.assertEqual(gunzip(first), assembled(body).encode())
+        for run in runs:
+            self.assertNotIn(segment(run), first)
+        self.assertEqual(gunzip(self.gz("/p")), assembled(body).encode())
+        for _ in range(3):
+            raw = self.gz("/p")
+            self.assertEqual(gunzip(raw), assembled(body).encode())
+            self.assertStitched(raw, runs)
+        self.assertEqual(self.stats_json()["planned"], 3)
+
+    def test_vary_follows_gzip_vary_for_every_client(self):
+        body = page(runs_of("v"))
+        self.warm("/v", body)
+        _, hdrs, got = self.get("/v")
+        self.assertEqual(got, assembled(body).encode())
+        self.assertIsNone(hdrs.get("Content-Encoding"))
+        self.assertEqual(hdrs.get("Vary"), "Accept-Encoding")
+        _, hdrs, _ = self.get("/v", GZIP)
+        self.assertEqual(hdrs.get("Vary"), "Accept-Encoding")
+
+    def test_a_client_without_gzip_gets_the_plain_page_from_the_plan(self):
+        body = page(runs_of("n"))
+        self.warm("/n", body)
+        for _ in range(2):
+            self.hit("/n", assembled(body))
+        self.assertEqual(self.stats_json()["planned"], 2)
+
+    def test_nested_esi_in_a_fragment(self):
+        self.origin.route("/esi/nest",
+                          'n1<esi:include src="/esi/a"/>n2',
+                          content_type="text/html")
+        runs = runs_of("nest")
+        body = page(runs, ['<esi:include src="/esi/nest"/>'] +
+                    CONSTRUCTS[1:])
+        expected = assembled(body.replace('<esi:include src="/esi/nest"/>',
+                                          "n1An2")).encode()
+        self.origin.route("/nest", body)
+        for status in ("MISS", "HIT", "HIT", "HIT"):
+            raw = self.gz("/nest", status)
+            self.assertEqual(gunzip(raw), expected)
+        self.assertStitched(raw, runs)
+
+    def test_alt_failover(self):
+        alt = '<esi:include src="/esi/missing" alt="/esi/c"/>'
+        runs = runs_of("alt")
+        body = page(runs, [alt] + CONSTRUCTS[1:])
+        expected = assembled(body.replace(alt, "C")).encode()
+        self.origin.route("/alt", body)
+        for status in ("MISS", "HIT", "HIT"):
+            raw = self.gz("/alt", status)
+            self.assertEqual(gunzip(raw), expected)
+        self.assertStitched(raw, runs)
+
+    def test_a_page_made_of_one_run(self):
+        body = text("one", 5000)
+        self.origin.route("/one", body)
+        for status in ("MISS", "HIT", "HIT"):
+            raw = self.gz("/one", status)
+            self.assertEqual(gunzip(raw), body.encode())
+        self.assertIn(segment(body), raw)
+
+    def test_short_runs_and_literals_are_deflated_live(self):
+        self.LOCATION += " esi_cookies id;"
+        short = ["x" * 10, "<p>", "y" * 127, "</p>"]
+        body = page(short, ['<esi:vars>$(HTTP_COOKIE{id})</esi:vars>',
+                            CONSTRUCTS[0], CONSTRUCTS[2]])
+        self.origin.route("/short", body)
+        for status, cookie in (("MISS", "1"), ("HIT", "2"), ("HIT", "3"),
+                               ("HIT", "<4>")):
+            raw = self.gz("/short", status, {"Cookie": "id=" + cookie})
+            value = cookie.replace("<", "&lt;").replace(">", "&gt;")
+            self.assertEqual(gunzip(raw).decode(), "x" * 10 + value + "<p>" +
+                             "A" + "y" * 127 + "B" + "</p>")
+
+
+class StitchMismatchTest(StitchTestCase):
+    """The same object on disk with other bytes (key, Date, size and
+    header size unchanged): the plan checks what it can see."""
+
+    def test_a_run_whose_head_differs_drops_the_plan(self):
+        runs = runs_of("h")
+        body = page(runs)
+        self.warm("/h", body)
+        for i, run in enumerate(runs):
+            changed = "Z" + run[1:]
+            restore = self.rewrite_cached_body(run, changed)
+            raw = self.gz("/h")
+            expected = assembled(body.replace(run, changed)).encode()
+            self.assertEqual(gunzip(raw), expected, "run %d" % i)
+            restore()
+            # the plan was forgotten: this hit records it again
+            self.assertEqual(gunzip(self.gz("/h")), assembled(body).encode())
+        self.assertEqual(self.error_log().count("a run differs"),
+                         sum(len(r) >= MIN_RUN for r in runs))
+
+    def test_a_construct_that_differs_after_a_segment(self):
+        runs = runs_of("c")
+        body = page(runs)
+        self.warm("/c", body)
+        restore = self.rewrite_cached_body(CONSTRUCTS[2],
+                                           CONSTRUCTS[2].replace("/b", "/c"))
+        raw = self.gz("/c")
+        expected = assembled(body.replace(CONSTRUCTS[2], "C")).encode()
+        self.assertEqual(gunzip(raw), expected)
+        self.assertIn(segment(runs[0]), raw)   # before the construct
+        self.assertIn("a construct differs", self.error_log())
+        restore()
+
+    def test_a_run_is_trusted_past_its_head(self):
+        """What the documentation promises, and no more: past its first
+        bytes a run is the recorded one as long as the object's identity
+        is the same (the seed's "never read at all on a hit")."""
+        runs = runs_of("t")
+        body = page(runs)
+        self.warm("/t", body)
+        run = runs[2]
+        changed = run[:HEAD] + "Z" + run[HEAD + 1:]
+        self.rewrite_cached_body(run, changed)
+        raw = self.gz("/t")
+        self.assertEqual(gunzip(raw), assembled(body).encode())
+
+
+class StitchEvictionTest(StitchTestCase):
+    HTTP = "esi_plan_zone plans:64k;"
+
+    def test_segments_count_against_the_zone_and_go_with_their_plan(self):
+        pages = {}
+        for name in ("e1", "e2", "e3"):
+            pages["/" + name] = page(runs_of(name, (20000, 20000, 8000,
+                                                    100, 100)))
+            self.warm("/" + name, pages["/" + name])
+        for _ in range(2):
+            for path, body in pages.items():
+                raw = self.gz(path)
+                self.assertEqual(gunzip(raw), assembled(body).encode())
+        zone = self.zone_json("plans")
+        self.assertLessEqual(zone["bytes"], 64 * 1024)
+        self.assertGreater(zone["evictions"], 0)
+
+
+class StitchClientTest(StitchTestCase):
+    LOCATION = StitchTestCase.LOCATION + \
+        ' gzip_disable "NoGzip"; gzip_http_version 1.1;'
+
+    def test_gzip_disable_is_honoured(self):
+        body = page(runs_of("d"))
+        self.warm("/d", body)
+        _, hdrs, got = self.get("/d", dict(GZIP, **{"User-Agent": "NoGzip"}))
+        self.assertIsNone(hdrs.get("Content-Encoding"))
+        self.assertEqual(got, assembled(body).encode())
+
+    def test_gzip_http_version_is_honoured(self):
+        body = page(runs_of("hv"))
+        self.warm("/hv", body)
+        with socket.create_connection(("127.0.0.1", self.port)) as s:
+            s.sendall(b"GET /hv HTTP/1.0\r\nHost: localhost\r\n"
+                      b"Accept-Encoding: gzip\r\n\r\n")
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, got = data.partition(b"\r\n\r\n")
+        self.assertNotIn(b"Content-Encoding", head)
+        self.assertEqual(got, assembled(body).encode())
+
+
+class StitchConfigurationTest(EsiTestCase):
+
+    def nginx_t(self, http, location):
+        from test_limits import ConfigurationErrorTest
+        self.HTTP = http
+        return ConfigurationErrorTest.nginx_t(self, location)
+
+    def test_stitch_without_plan_is_refused(self):
+        code, out = self.nginx_t("", "esi_stitch on;")
+        self.assertNotEqual(code, 0)
+        self.assertIn('"esi_stitch" requires "esi_plan"', out)
+
+    def test_stitch_level_outside_1_to_9_is_refused(self):
+        for level in ("0", "10"):
+            code, out = self.nginx_t("esi_plan_zone plans:1m;",
+                                     "esi_plan plans; esi_stitch on; "
+                                     "esi_stitch_level %s;" % level)
+            self.assertNotEqual(code, 0)
+            self.assertIn("must be between 1 and 9", out)
+
+    def test_stitch_with_plan_is_accepted(self):
+        code, out = self.nginx_t("esi_plan_zone plans:1m;",
+                                 "esi_plan plans; esi_stitch on; "
+                                 "esi_stitch_level 9;")
+        self.assertEqual(code, 0, out)
