@@ -167,10 +167,6 @@ std::optional<DeflatedRuns> SegmentArena::deflate(std::string_view body,
   return out;
 }
 
-std::string_view SegmentArena::bytesOf(const Segment& segment) const {
-  return std::string_view(reinterpret_cast<const char*>(map_) + segment.offset, segment.length);
-}
-
 // First fit: plans come and go in no particular order, and coalescing keeps
 // the free list short.
 std::optional<uint64_t> SegmentArena::allocate(uint64_t bytes) {
@@ -248,9 +244,5 @@ PinTable::~PinTable() {
 }
 
 void PinTable::pin(uint32_t slot) { __atomic_fetch_add(&counts_[slot], 1, __ATOMIC_RELEASE); }
-
-uint32_t PinTable::count(uint32_t slot) const {
-  return __atomic_load_n(&counts_[slot], __ATOMIC_ACQUIRE);
-}
 
 }  // namespace esi

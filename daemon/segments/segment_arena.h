@@ -113,9 +113,6 @@ class SegmentArena {
   std::optional<DeflatedRuns> deflate(std::string_view body, const std::vector<RunRange>& runs,
                                       int level);
 
-  // A segment's bytes as workers see them.
-  std::string_view bytesOf(const Segment& segment) const;
-
   // arena_bytes, arena_used_bytes, arena_quarantined_bytes, extents,
   // quarantined_extents, free_slots, segments_recorded, arena_full: flat,
   // each key prefixed "segment_" for esictl stats.
@@ -164,7 +161,6 @@ class PinTable {
 
   // A request of this connection may send the slot's segments from now on.
   void pin(uint32_t slot);
-  uint32_t count(uint32_t slot) const;
 
  private:
   SegmentArena& arena_;
