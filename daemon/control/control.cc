@@ -43,7 +43,9 @@ void Control::handle(std::string_view command, const PeerCredentials& peer,
 
 ControlAnswer Control::query(std::string_view command) const {
   if (command == "stats") {
-    return {true, stats_.toJson().dump()};
+    nlohmann::json stats = stats_.toJson();
+    stats.update(arena_.stats());
+    return {true, stats.dump()};
   }
   if (command == "zones") {
     return {true, purger_.zones().dump()};

@@ -12,6 +12,7 @@
 
 #include "engine/stats.h"
 #include "plans/plan_store.h"
+#include "segments/segment_arena.h"
 #include "transport/purge_orders.h"
 #include "transport/server.h"
 #include "variants/purger.h"
@@ -21,8 +22,9 @@ namespace esi {
 class Control {
  public:
   Control(const Stats& stats, const Purger& purger, PurgeOrders& orders,
-          const PlanStore& plans, uid_t owner = geteuid())
-      : stats_(stats), purger_(purger), orders_(orders), plans_(plans), owner_(owner) {}
+          const PlanStore& plans, const SegmentArena& arena, uid_t owner = geteuid())
+      : stats_(stats), purger_(purger), orders_(orders), plans_(plans), arena_(arena),
+        owner_(owner) {}
 
   void handle(std::string_view command, const PeerCredentials& peer,
               const ControlAnswerFn& answer);
@@ -41,6 +43,7 @@ class Control {
   const Purger& purger_;
   PurgeOrders& orders_;
   const PlanStore& plans_;
+  const SegmentArena& arena_;
   const uid_t owner_;  // besides root, the only user allowed...
   std::optional<gid_t> group_;  // ...but for this group's members
 };

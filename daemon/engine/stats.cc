@@ -10,6 +10,7 @@ nlohmann::json Stats::toJson() const {
           {"bytes", bytes},             {"includes", includes},
           {"warnings", warnings},       {"errors", errors},
           {"ring_full", ringFull},      {"planned", planned},
+          {"stitched", stitched},
           {"ring_bytes_in", ringBytesIn}, {"ring_bytes_out", ringBytesOut}};
 }
 

@@ -181,8 +181,21 @@ constexpr Metric kMetrics[] = {
     {"errors", "errors_total", "counter", "Refused includes and protocol violations."},
     {"ring_full", "ring_full_total", "counter", "Answers that had to wait for ring space."},
     {"planned", "planned_total", "counter", "Cache hits answered with a parse plan."},
+    {"stitched", "stitched_total", "counter", "Plans sent naming gzip segments (esi_stitch)."},
     {"ring_bytes_in", "ring_in_bytes_total", "counter", "Message bytes read from workers' rings."},
     {"ring_bytes_out", "ring_out_bytes_total", "counter", "Message bytes written to workers' rings."},
+    {"segment_arena_bytes", "segment_arena_bytes", "gauge", "Size of the gzip segment arena."},
+    {"segment_arena_used_bytes", "segment_arena_used_bytes", "gauge",
+     "Arena bytes held by plans' segments."},
+    {"segment_arena_quarantined_bytes", "segment_arena_quarantined_bytes", "gauge",
+     "Arena bytes of forgotten plans that a worker may still be sending."},
+    {"segment_extents", "segment_extents", "gauge", "Plans holding segments in the arena."},
+    {"segment_quarantined_extents", "segment_quarantined_extents", "gauge",
+     "Extents waiting until no worker pins them."},
+    {"segment_free_slots", "segment_free_slots", "gauge", "Pin slots free for new plans (of 4096)."},
+    {"segments_recorded", "segments_recorded_total", "counter", "Verbatim runs deflated into segments."},
+    {"segment_arena_full", "segment_arena_full_total", "counter",
+     "Plans recorded without segments: no room or no pin slot in the arena."},
 };
 
 // Prometheus text exposition format 0.0.4.  Keys esictl does not know yet
@@ -456,10 +469,11 @@ int variants(const std::string& socketPath, const std::string& zone, const std::
 // Parse plans esid keeps per esi_plan_zone: their counters and, for one
 // zone, its most recently used plans.
 void printPlanZone(const std::string& name, const nlohmann::json& zone) {
-  std::printf("%s: %llu plans, %llu of %llu bytes, %llu hits, %llu misses, %llu drops, "
-              "%llu recorded, %llu evictions, %llu too large\n",
+  std::printf("%s: %llu plans, %llu of %llu bytes (%llu of them gzip segments), %llu hits, "
+              "%llu misses, %llu drops, %llu recorded, %llu evictions, %llu too large\n",
               name.c_str(), zone["entries"].get<unsigned long long>(),
               zone["bytes"].get<unsigned long long>(), zone["max_bytes"].get<unsigned long long>(),
+              zone.value("segment_bytes", 0ULL),
               zone["hits"].get<unsigned long long>(), zone["misses"].get<unsigned long long>(),
               zone["drops"].get<unsigned long long>(), zone["recorded"].get<unsigned long long>(),
               zone["evictions"].get<unsigned long long>(),
@@ -492,11 +506,13 @@ int plans(const std::string& socketPath, const std::string& zone, bool json) {
   printPlanZone(zone, body["zone"]);
   const auto& entries = body["entries"];
   for (const auto& entry : entries) {
-    std::printf("%s: dated %s, file %llu bytes, %llu steps, plan %llu bytes, %llu hits\n",
+    std::printf("%s: dated %s, file %llu bytes, %llu steps, plan %llu bytes "
+                "(%llu gzip segments, %llu bytes), %llu hits\n",
                 entry["key"].get<std::string>().c_str(),
                 utcTime(entry["date"].get<uint64_t>()).c_str(),
                 entry["length"].get<unsigned long long>(), entry["steps"].get<unsigned long long>(),
-                entry["bytes"].get<unsigned long long>(), entry["hits"].get<unsigned long long>());
+                entry["bytes"].get<unsigned long long>(), entry.value("segments", 0ULL),
+                entry.value("segment_bytes", 0ULL), entry["hits"].get<unsigned long long>());
   }
   const auto total = body["zone"]["entries"].get<unsigned long long>();
   if (total > entries.size()) {

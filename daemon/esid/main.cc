@@ -16,6 +16,7 @@
 #include "esid/logging.h"
 #include "esid/settings.h"
 #include "plans/plan_store.h"
+#include "segments/segment_arena.h"
 #include "transport/server.h"
 #include "variants/purger.h"
 
@@ -67,6 +68,9 @@ void logOverrides(const esi::SettingsLayer& file, const esi::SettingsLayer& comm
   if (file.ringSize && commandLine.ringSize) {
     spdlog::info("--ring-size overrides ring_size in the config file");
   }
+  if (file.segmentArena && commandLine.segmentArena) {
+    spdlog::info("--segment-arena overrides segment_arena in the config file");
+  }
   if (file.logLevel && commandLine.logLevel) {
     spdlog::info("--log-level overrides log_level in the config file");
   }
@@ -96,6 +100,11 @@ void onHangup(uv_signal_t* handle, int) {
                  reload->server->describe());
     next.socketPath = reload->current.socketPath;
   }
+  if (next.segmentArena != reload->current.segmentArena) {
+    spdlog::warn("SIGHUP: the segment arena's size changes only when esid restarts; "
+                 "still {} bytes", reload->current.segmentArena);
+    next.segmentArena = reload->current.segmentArena;
+  }
   const auto changes = esi::describeChanges(reload->current, next);
   if (changes.empty()) {
     spdlog::info("SIGHUP: {} re-read, nothing changed", reload->configPath);
@@ -122,7 +131,7 @@ void onHangup(uv_signal_t* handle, int) {
 // std::terminate's abort.
 int main(int argc, char** argv) try {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
-  std::string configPath, socketPath, ringSize, level, group;
+  std::string configPath, socketPath, ringSize, segmentArena, level, group;
   bool checkOnly = false;
   app.add_option("--config", configPath,
                  "Settings file (key = value), re-read on SIGHUP; flags override it")
@@ -135,6 +144,10 @@ int main(int argc, char** argv) try {
       "--ring-size", ringSize,
       "Bytes of each shared-memory ring per NGINX worker: a power of two from "
       "256K to 64M [default: 1M]");
+  auto* arenaOption = app.add_option(
+      "--segment-arena", segmentArena,
+      "Bytes of the arena holding plans' gzip segments (esi_stitch), shared "
+      "read-only with every NGINX worker: at least 1M, K/M/G suffixes [default: 256M]");
   auto* levelOption = app.add_option(
       "--log-level", level, "trace, debug, info, warn, error, critical or off [default: info]");
   auto* groupOption = app.add_option(
@@ -148,6 +161,9 @@ int main(int argc, char** argv) try {
   try {
     if (socketOption->count() > 0) commandLine.socketPath = socketPath;
     if (ringOption->count() > 0) commandLine.ringSize = esi::parseRingSize(ringSize);
+    if (arenaOption->count() > 0) {
+      commandLine.segmentArena = esi::parseSegmentArena(segmentArena);
+    }
     if (levelOption->count() > 0) commandLine.logLevel = esi::parseLogLevel(level);
     if (groupOption->count() > 0) {
       esi::parseGroup(group);
@@ -160,8 +176,10 @@ int main(int argc, char** argv) try {
   }
   const esi::Settings settings = esi::Settings::resolve(file, commandLine);
   if (checkOnly) {
-    std::printf("socket = %s\nring_size = %u\nlog_level = %s\ncontrol_group = %s\n",
+    std::printf("socket = %s\nring_size = %u\nsegment_arena = %llu\nlog_level = %s\n"
+                "control_group = %s\n",
                 settings.socketPath.c_str(), settings.ringSize,
+                static_cast<unsigned long long>(settings.segmentArena),
                 esi::logLevelName(settings.logLevel).c_str(),
                 settings.controlGroup.empty() ? "(none)" : settings.controlGroup.c_str());
     return 0;
@@ -179,10 +197,18 @@ int main(int argc, char** argv) try {
   esi::Stats stats;
   esi::Purger purger(loop);
   esi::PurgeOrders orders;
+  // Before the plans, whose segments it holds.
+  std::optional<esi::SegmentArena> arena;
+  try {
+    arena.emplace(settings.segmentArena);
+  } catch (const std::exception& e) {
+    spdlog::critical("cannot create the segment arena: {}", e.what());
+    return 1;
+  }
   esi::PlanStore plans;
-  esi::Control control(stats, purger, orders, plans);
+  esi::Control control(stats, purger, orders, plans, *arena);
   control.allowGroup(controlGroup(settings));
-  esi::Server server(loop, options, stats, purger, orders, plans,
+  esi::Server server(loop, options, stats, purger, orders, plans, *arena,
                      [&control](std::string_view command, const esi::PeerCredentials& peer,
                                 const esi::ControlAnswerFn& answer) {
                        control.handle(command, peer, answer);
@@ -207,8 +233,9 @@ int main(int argc, char** argv) try {
   uv_signal_start(&signals.interrupt, onStop, SIGINT);
   uv_signal_start(&signals.hangup, onHangup, SIGHUP);
 
-  spdlog::info("esid {} listening on {} (ring size {}, log level {}{}{})", ESI_VERSION,
-               server.describe(), settings.ringSize, esi::logLevelName(settings.logLevel),
+  spdlog::info("esid {} listening on {} (ring size {}, segment arena {}, log level {}{}{})",
+               ESI_VERSION, server.describe(), settings.ringSize, settings.segmentArena,
+               esi::logLevelName(settings.logLevel),
                configPath.empty() ? "" : ", settings from ", configPath);
   uv_run(loop, UV_RUN_DEFAULT);
   uv_loop_close(loop);

@@ -64,6 +64,26 @@ TEST(RingSize, AcceptsBytesAndSuffixesWithinBounds) {
   EXPECT_THROW(parseRingSize("99999999999999999999"), std::invalid_argument);
 }
 
+TEST(SegmentArena, AcceptsBytesAndSuffixesFromOneMebibyte) {
+  EXPECT_EQ(parseSegmentArena("1M"), uint64_t{1} << 20);
+  EXPECT_EQ(parseSegmentArena("1048576"), uint64_t{1} << 20);
+  EXPECT_EQ(parseSegmentArena("1536k"), uint64_t{1536} << 10);
+  EXPECT_EQ(parseSegmentArena("2G"), uint64_t{2} << 30);
+  EXPECT_THROW(parseSegmentArena("1023K"), std::invalid_argument);
+  EXPECT_THROW(parseSegmentArena("0"), std::invalid_argument);
+  EXPECT_THROW(parseSegmentArena("65G"), std::invalid_argument);
+  EXPECT_THROW(parseSegmentArena("1T"), std::invalid_argument);
+  EXPECT_THROW(parseSegmentArena("99999999999999G"), std::invalid_argument);
+}
+
+TEST(SettingsFile, SegmentArenaIsReadAndDefaultsTo256M) {
+  EXPECT_EQ(Settings().segmentArena, uint64_t{256} << 20);
+  const auto layer = parseSettingsFile("segment_arena = 64M\n", "esid.conf");
+  EXPECT_EQ(layer.segmentArena, uint64_t{64} << 20);
+  EXPECT_EQ(Settings::resolve(layer, {}).segmentArena, uint64_t{64} << 20);
+  EXPECT_THROW(parseSettingsFile("segment_arena = 512K\n", "f"), std::invalid_argument);
+}
+
 TEST(LogLevel, WarnIsSpelledWarnBothWays) {
   EXPECT_EQ(parseLogLevel("warn"), spdlog::level::warn);
   EXPECT_EQ(logLevelName(spdlog::level::warn), "warn");

@@ -39,6 +39,33 @@ std::optional<gid_t> findGroup(const Lookup& lookup) {
   return g.gr_gid;
 }
 
+// "4096", "256K", "1M", "1G": what sizes `what` ("ring size") in messages.
+uint64_t parseBytes(std::string_view text, std::string_view what) {
+  text = trim(text);
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data()) {
+    throw std::invalid_argument(std::string(what) + " \"" + std::string(text) +
+                                "\" is not a number");
+  }
+  const std::string_view suffix(end, text.data() + text.size() - end);
+  int shift = 0;
+  if (suffix == "K" || suffix == "k") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "m") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "g") {
+    shift = 30;
+  } else if (!suffix.empty()) {
+    throw std::invalid_argument(std::string(what) + " \"" + std::string(text) +
+                                "\": the only suffixes are K, M and G");
+  }
+  if (value > (UINT64_MAX >> shift)) {
+    throw std::invalid_argument(std::string(what) + " \"" + std::string(text) + "\" is too large");
+  }
+  return value << shift;
+}
+
 }  // namespace
 
 std::string logLevelName(spdlog::level::level_enum level) {
@@ -53,6 +80,7 @@ Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& comma
   for (const SettingsLayer* layer : {&file, &commandLine}) {
     if (layer->socketPath) s.socketPath = *layer->socketPath;
     if (layer->ringSize) s.ringSize = *layer->ringSize;
+    if (layer->segmentArena) s.segmentArena = *layer->segmentArena;
     if (layer->logLevel) s.logLevel = *layer->logLevel;
     if (layer->controlGroup) s.controlGroup = *layer->controlGroup;
   }
@@ -60,21 +88,7 @@ Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& comma
 }
 
 uint32_t parseRingSize(std::string_view text) {
-  text = trim(text);
-  uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end == text.data()) {
-    throw std::invalid_argument("ring size \"" + std::string(text) + "\" is not a number");
-  }
-  const std::string_view suffix(end, text.data() + text.size() - end);
-  if (suffix == "K" || suffix == "k") {
-    value <<= 10;
-  } else if (suffix == "M" || suffix == "m") {
-    value <<= 20;
-  } else if (!suffix.empty()) {
-    throw std::invalid_argument("ring size \"" + std::string(text) +
-                                "\": the only suffixes are K and M");
-  }
+  const uint64_t value = parseBytes(text, "ring size");
   if (value < kMinRingSize || value > kMaxRingSize) {
     throw std::invalid_argument("ring size " + std::to_string(value) +
                                 " is outside [256K, 64M]");
@@ -84,6 +98,15 @@ uint32_t parseRingSize(std::string_view text) {
                                 " is not a power of two");
   }
   return static_cast<uint32_t>(value);
+}
+
+uint64_t parseSegmentArena(std::string_view text) {
+  const uint64_t value = parseBytes(text, "segment arena");
+  if (value < kMinSegmentArena || value > kMaxSegmentArena) {
+    throw std::invalid_argument("segment arena " + std::to_string(value) +
+                                " is outside [1M, 64G]");
+  }
+  return value;
 }
 
 spdlog::level::level_enum parseLogLevel(std::string_view text) {
@@ -142,6 +165,8 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
         layer.socketPath = std::string(value);
       } else if (key == "ring_size") {
         layer.ringSize = parseRingSize(value);
+      } else if (key == "segment_arena") {
+        layer.segmentArena = parseSegmentArena(value);
       } else if (key == "log_level") {
         layer.logLevel = parseLogLevel(value);
       } else if (key == "control_group") {
@@ -149,7 +174,8 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
         layer.controlGroup = std::string(value);
       } else {
         throw std::invalid_argument("unknown key \"" + std::string(key) +
-                                    "\" (known: socket, ring_size, log_level, control_group)");
+                                    "\" (known: socket, ring_size, segment_arena, log_level, "
+                                    "control_group)");
       }
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where() + e.what());
@@ -175,6 +201,10 @@ std::vector<std::string> describeChanges(const Settings& before, const Settings&
   if (before.ringSize != after.ringSize) {
     changes.push_back("ring_size: " + std::to_string(before.ringSize) + " -> " +
                       std::to_string(after.ringSize));
+  }
+  if (before.segmentArena != after.segmentArena) {
+    changes.push_back("segment_arena: " + std::to_string(before.segmentArena) + " -> " +
+                      std::to_string(after.segmentArena));
   }
   if (before.logLevel != after.logLevel) {
     changes.push_back("log_level: " + logLevelName(before.logLevel) + " -> " +

@@ -9,6 +9,7 @@
 //
 //     socket    = /run/esid/esid.sock   # read at start only
 //     ring_size = 1M                    # bytes, K/M suffixes, a power of two
+//     segment_arena = 256M              # bytes, K/M/G suffixes; read at start only
 //     log_level = info                  # trace debug info warn error critical off
 //     control_group = adm               # its members may use esictl (besides
 //                                       # root and esid's own user)
@@ -29,12 +30,15 @@ namespace esi {
 
 constexpr uint32_t kMinRingSize = 256u << 10;
 constexpr uint32_t kMaxRingSize = 64u << 20;
+constexpr uint64_t kMinSegmentArena = uint64_t{1} << 20;
+constexpr uint64_t kMaxSegmentArena = uint64_t{64} << 30;
 
 // Values that one source sets; an empty optional leaves the value to the
 // source below it.
 struct SettingsLayer {
   std::optional<std::string> socketPath;
   std::optional<uint32_t> ringSize;
+  std::optional<uint64_t> segmentArena;
   std::optional<spdlog::level::level_enum> logLevel;
   std::optional<std::string> controlGroup;  // a group's name or number
 };
@@ -43,6 +47,7 @@ struct SettingsLayer {
 struct Settings {
   std::string socketPath = "/run/esid/esid.sock";
   uint32_t ringSize = 1u << 20;
+  uint64_t segmentArena = uint64_t{256} << 20;  // the gzip segments of plans
   spdlog::level::level_enum logLevel = spdlog::level::info;
   std::string controlGroup;  // empty: none
 
@@ -53,6 +58,10 @@ struct Settings {
 // "1048576", "1024K", "1M": a power of two in [kMinRingSize, kMaxRingSize].
 // Throws std::invalid_argument saying what is wrong.
 uint32_t parseRingSize(std::string_view text);
+
+// "268435456", "256M", "1G": bytes in [kMinSegmentArena, kMaxSegmentArena].
+// Throws std::invalid_argument saying what is wrong.
+uint64_t parseSegmentArena(std::string_view text);
 
 // "trace" ... "off".  Throws std::invalid_argument for anything else.
 spdlog::level::level_enum parseLogLevel(std::string_view text);

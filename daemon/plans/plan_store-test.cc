@@ -72,10 +72,9 @@ Plan planOf(size_t bytes) {
   return plan;
 }
 
-size_t entryBytes(const Plan& plan) {
-  Plan copy = plan;
-  copy.program.shrink_to_fit();
-  return copy.bytes() + sizeof(ObjectId);
+size_t entryBytes(Plan plan) {
+  plan.program.shrink_to_fit();
+  return plan.bytes() + sizeof(ObjectId);
 }
 
 // Checks the counters of a zone named in `expected`; the others may be anything.
@@ -475,11 +474,102 @@ TEST(PlanStore, SameIdInTwoZonesIsTwoEntries) {
 }
 
 TEST(PlanStore, PlanBytesGrowWithItsStrings) {
-  Plan small = *buildPlan({V(0, 2), I("/a"), V(25, 2)}, "ab<esi:include src=\"/a\"/>cd");
-  Plan large = small;
+  const std::string body = "ab<esi:include src=\"/a\"/>cd";
+  const Plan small = *buildPlan({V(0, 2), I("/a"), V(25, 2)}, body);
+  Plan large = *buildPlan({V(0, 2), I("/a"), V(25, 2)}, body);
   std::get<IncludeStep>(large.program[1]).resolved->path = "/" + std::string(1000, 'p');
   EXPECT_GE(large.bytes(), small.bytes() + 1000);
   EXPECT_GE(small.bytes(), sizeof(ProgramStep) * small.program.size());
+}
+
+// --- Segments (esi_stitch) -------------------------------------------------
+
+std::string prose(size_t bytes) {
+  std::string out;
+  while (out.size() < bytes) out += "A paragraph of the page's own text. ";
+  out.resize(bytes);
+  return out;
+}
+
+TEST(PlanSegments, OnlyRunsOfAtLeast128BytesAreDeflated) {
+  SegmentArena arena(SegmentArena::kMinBytes);
+  const std::string include = "<esi:include src=\"/f\"/>";
+  const std::string body = prose(200) + include + prose(127) + include + prose(128);
+  std::optional<Plan> plan = parse(body, {}).plan;
+  ASSERT_TRUE(plan);
+  const size_t before = plan->bytes();
+  plan->deflateRuns(body, 6, arena);
+
+  ASSERT_EQ(plan->segments.size(), 2u);
+  EXPECT_EQ(plan->segments[0].runOffset, 0u);
+  EXPECT_EQ(plan->segments[0].runLength, 200u);
+  EXPECT_EQ(plan->segments[1].runOffset, 200 + 2 * include.size() + 127);
+  EXPECT_EQ(plan->segments[1].runLength, 128u);
+  EXPECT_EQ(plan->segments[1].offset,
+            plan->segments[0].offset + plan->segments[0].length);  // back to back
+  ASSERT_TRUE(plan->lease);
+  EXPECT_GE(plan->bytes(), before + plan->lease.bytes());
+}
+
+TEST(PlanSegments, SegmentBytesCountInTheZoneAndGoBackWithThePlan) {
+  SegmentArena arena(SegmentArena::kMinBytes);
+  const std::string body = prose(4000) + "<esi:include src=\"/f\"/>" + prose(300);
+  std::optional<Plan> plan = parse(body, {}).plan;
+  ASSERT_TRUE(plan);
+  plan->deflateRuns(body, 9, arena);
+  const uint64_t extent = plan->lease.bytes();
+  ASSERT_GT(extent, 0u);
+  plan->program.shrink_to_fit();
+  const size_t bytes = plan->bytes() + sizeof(ObjectId);
+
+  PlanStore store;
+  store.configureZone("pages", 1 << 20);
+  ASSERT_TRUE(store.record("pages", idOf(1), std::move(*plan)));
+  expectZone(store, "pages", {{"bytes", bytes}, {"segment_bytes", extent}});
+  const nlohmann::json entries = store.entries("pages", 10);
+  EXPECT_EQ(entries[0]["segments"], 2);
+  EXPECT_EQ(entries[0]["segment_bytes"], extent);
+  EXPECT_EQ(arena.stats()["segment_extents"], 1);
+
+  store.drop("pages", idOf(1));
+  expectZone(store, "pages", {{"bytes", 0}, {"segment_bytes", 0}});
+  EXPECT_EQ(arena.stats()["segment_quarantined_extents"], 1);
+}
+
+TEST(PlanSegments, APlanTheArenaHasNoRoomForIsRecordedWithoutSegments) {
+  SegmentArena arena(SegmentArena::kMinBytes);
+  std::mt19937 random(1);
+  std::string noise(SegmentArena::kMinBytes - 8192, '\0');
+  for (char& c : noise) c = static_cast<char>(random());
+  const auto filler = arena.deflate(noise, {RunRange{0, static_cast<uint32_t>(noise.size())}}, 1);
+  ASSERT_TRUE(filler);
+
+  // Random letters deflate to well over the 8 KiB left.
+  std::string body(100000, 'a');
+  for (char& c : body) c = static_cast<char>('a' + random() % 26);
+  body += "<esi:include src=\"/f\"/>";
+  std::optional<Plan> plan = parse(body, {}).plan;
+  ASSERT_TRUE(plan);
+  plan->deflateRuns(body, 6, arena);
+  EXPECT_TRUE(plan->segments.empty());
+  EXPECT_FALSE(plan->lease);
+  EXPECT_EQ(arena.stats()["segment_arena_full"], 1);
+
+  PlanStore store;
+  store.configureZone("pages", 1 << 20);
+  EXPECT_TRUE(store.record("pages", idOf(1), std::move(*plan)));
+  expectZone(store, "pages", {{"entries", 1}, {"segment_bytes", 0}});
+}
+
+TEST(PlanSegments, StepsBeforeTheStartOrTheEndOfARun) {
+  const std::string body = "0123456789<esi:include src=\"/x\"/>abcde";
+  const Plan plan = *buildPlan({V(0, 10), I("/x"), V(33, 5)}, body);
+  EXPECT_EQ(plan.stepsBefore(0)->size(), 0u);
+  EXPECT_EQ(plan.stepsBefore(10)->size(), 1u);  // a run's end: it went out
+  EXPECT_EQ(plan.stepsBefore(33)->size(), 2u);  // a run's start: what came before it
+  EXPECT_EQ(plan.stepsBefore(38)->size(), 3u);
+  EXPECT_FALSE(plan.stepsBefore(20));
+  EXPECT_FALSE(plan.stepsBefore(35));
 }
 
 }  // namespace

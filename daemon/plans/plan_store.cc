@@ -62,7 +62,8 @@ size_t ObjectIdHash::operator()(const ObjectId& id) const noexcept {
 size_t Plan::bytes() const {
   size_t total = kEntryOverhead + program.capacity() * sizeof(ProgramStep) +
                  checks.capacity() * sizeof(PlanCheck) +
-                 checkBefore.capacity() * sizeof(size_t);
+                 checkBefore.capacity() * sizeof(size_t) +
+                 segments.capacity() * sizeof(Segment) + lease.bytes();
   for (const ProgramStep& step : program) {
     if (const auto* literal = std::get_if<LiteralStep>(&step)) {
       total += literal->value.bytes();
@@ -81,11 +82,27 @@ size_t Plan::bytes() const {
   return total;
 }
 
+void Plan::deflateRuns(std::string_view body, int level, SegmentArena& arena) {
+  std::vector<RunRange> runs;
+  for (const ProgramStep& step : program) {
+    const auto* run = std::get_if<VerbatimRun>(&step);
+    if (run != nullptr && run->length >= SegmentArena::kMinRunBytes) {
+      runs.push_back(RunRange{run->offset, run->length});
+    }
+  }
+  std::optional<DeflatedRuns> deflated = arena.deflate(body, runs, level);
+  if (!deflated) return;
+  segments = std::move(deflated->segments);
+  lease = std::move(deflated->lease);
+}
+
 std::optional<std::vector<ProgramStep>> Plan::stepsBefore(uint64_t base) const {
   if (base == 0) return std::vector<ProgramStep>();
   for (auto step = program.begin(); step != program.end(); ++step) {
     const auto* run = std::get_if<VerbatimRun>(&*step);
-    if (run != nullptr && run->offset + run->length == base) {
+    if (run == nullptr) continue;
+    if (run->offset == base) return std::vector<ProgramStep>(program.begin(), step);
+    if (run->offset + run->length == base) {
       return std::vector<ProgramStep>(program.begin(), step + 1);
     }
   }
@@ -197,13 +214,14 @@ bool PlanStore::record(std::string_view name, const ObjectId& id, Plan plan) {
     zone.lru.push_front(id);
     entry.lru = zone.lru.begin();
   } else {
-    zone.bytes -= entry.bytes;
+    forget(zone, entry);
     zone.lru.splice(zone.lru.begin(), zone.lru, entry.lru);
   }
   entry.plan = std::make_shared<const Plan>(std::move(plan));
   entry.bytes = bytes;
   entry.hits = 0;
   zone.bytes += bytes;
+  zone.segmentBytes += entry.plan->lease.bytes();
   ++zone.recorded;
   // The new entry is the most recently used and fits alone: it stays.
   evictUntil(zone, zone.maxBytes);
@@ -218,8 +236,8 @@ std::shared_ptr<const Plan> PlanStore::drop(std::string_view name, const ObjectI
   Zone& zone = z->second;
   auto it = zone.entries.find(id);
   if (it == zone.entries.end()) return nullptr;
+  forget(zone, it->second);
   std::shared_ptr<const Plan> plan = std::move(it->second.plan);
-  zone.bytes -= it->second.bytes;
   zone.lru.erase(it->second.lru);
   zone.entries.erase(it);
   ++zone.drops;
@@ -229,11 +247,16 @@ std::shared_ptr<const Plan> PlanStore::drop(std::string_view name, const ObjectI
 void PlanStore::evictUntil(Zone& zone, uint64_t maxBytes) {
   while (zone.bytes > maxBytes && !zone.lru.empty()) {
     auto it = zone.entries.find(zone.lru.back());
-    zone.bytes -= it->second.bytes;
+    forget(zone, it->second);
     zone.entries.erase(it);
     zone.lru.pop_back();
     ++zone.evictions;
   }
+}
+
+void PlanStore::forget(Zone& zone, const Entry& entry) {
+  zone.bytes -= entry.bytes;
+  zone.segmentBytes -= entry.plan->lease.bytes();
 }
 
 nlohmann::json PlanStore::zones() const {
@@ -247,7 +270,8 @@ nlohmann::json PlanStore::zones() const {
                  {"drops", zone.drops},
                  {"recorded", zone.recorded},
                  {"evictions", zone.evictions},
-                 {"too_large", zone.tooLarge}};
+                 {"too_large", zone.tooLarge},
+                 {"segment_bytes", zone.segmentBytes}};
   }
   return out;
 }
@@ -266,6 +290,8 @@ nlohmann::json PlanStore::entries(std::string_view name, size_t limit) const {
                    {"header_size", id.headerSize},
                    {"steps", entry.plan->program.size() + entry.plan->checks.size()},
                    {"bytes", entry.bytes},
+                   {"segments", entry.plan->segments.size()},
+                   {"segment_bytes", entry.plan->lease.bytes()},
                    {"hits", entry.hits}});
   }
   return out;

@@ -15,6 +15,10 @@
 // trusts the key alone.  Each zone (esi_plan_zone) has a byte budget; the
 // least recently used plans make room, and a plan larger than the budget is
 // not recorded.
+//
+// With esi_stitch a plan also holds the gzip segments of its long verbatim
+// runs (segments/segment_arena.h): a second payload of the same entry,
+// counted against the same budget and gone with it.
 
 #pragma once
 
@@ -35,6 +39,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/program.h"
+#include "segments/segment_arena.h"
 
 namespace esi {
 
@@ -99,13 +104,24 @@ struct Plan {
   std::vector<PlanCheck> checks;
   std::vector<size_t> checkBefore;
   uint64_t length = 0;  // body bytes the plan describes
+  // esi_stitch: the segments of the verbatim runs of at least
+  // SegmentArena::kMinRunBytes, ascending, in the extent the lease holds.
+  // None when the stream did not ask for them or the arena had no room.
+  std::vector<Segment> segments;
+  SegmentLease lease;
 
-  // Memory the plan holds, for the zone's budget.
+  // Memory the plan holds, its segments' arena bytes included, for the
+  // zone's budget.
   size_t bytes() const;
 
+  // Deflates the long verbatim runs of body (the body the plan was built
+  // from) at level 1..9 into the arena: segments and lease.  Without room
+  // in the arena the plan keeps none.
+  void deflateRuns(std::string_view body, int level, SegmentArena& arena);
+
   // The program's steps for the body before base, when base is where one
-  // of its verbatim runs ends (where a worker stops replaying); nullopt
-  // otherwise.
+  // of its verbatim runs ends (where a worker stops replaying) or starts
+  // (where a segment's head differed): nullopt otherwise.
   std::optional<std::vector<ProgramStep>> stepsBefore(uint64_t base) const;
 
   // The steps the worker replays for one request, into out (what it held
@@ -142,11 +158,11 @@ class PlanStore {
   std::shared_ptr<const Plan> drop(std::string_view zone, const ObjectId& id);
 
   // Per zone: entries, bytes, max_bytes, hits, misses, drops, recorded,
-  // evictions, too_large.
+  // evictions, too_large, segment_bytes (of bytes, those of segments).
   nlohmann::json zones() const;
   // One zone's entries, most recently used first, at most `limit`: key
   // (hex), date, length, header_size, steps (program steps and checks),
-  // bytes, hits.  Null when there is no such zone.
+  // bytes, segments, segment_bytes, hits.  Null when there is no such zone.
   nlohmann::json entries(std::string_view zone, size_t limit) const;
 
  private:
@@ -159,12 +175,15 @@ class PlanStore {
   struct Zone {
     uint64_t maxBytes = 0;
     uint64_t bytes = 0;
+    uint64_t segmentBytes = 0;  // part of bytes
     std::unordered_map<ObjectId, Entry, ObjectIdHash> entries;
     std::list<ObjectId> lru;  // front: most recently used
     uint64_t hits = 0, misses = 0, drops = 0, recorded = 0, evictions = 0, tooLarge = 0;
   };
 
   void evictUntil(Zone& zone, uint64_t maxBytes);
+  // Takes the entry's bytes off the zone's counts.
+  static void forget(Zone& zone, const Entry& entry);
 
   std::map<std::string, Zone, std::less<>> zones_;
 };

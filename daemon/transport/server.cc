@@ -159,7 +159,7 @@ class Server::Client {
     try {
       session_ = std::make_shared<WorkerSession>(
           server_.loop_, fd, server_.options_.ringSize, server_.stats_,
-          server_.purger_, server_.orders_, server_.plans_,
+          server_.purger_, server_.orders_, server_.plans_, server_.arena_,
           [this](std::string_view) { close(); });
     } catch (const std::exception& e) {
       spdlog::error("cannot set up rings for a worker: {}", e.what());
@@ -229,9 +229,9 @@ class Server::Client {
 
 Server::Server(uv_loop_t* loop, ServerOptions options, Stats& stats,
                Purger& purger, PurgeOrders& orders, PlanStore& plans,
-               ControlHandler control)
+               SegmentArena& arena, ControlHandler control)
     : loop_(loop), options_(std::move(options)), stats_(stats), purger_(purger),
-      orders_(orders), plans_(plans), control_(std::move(control)) {}
+      orders_(orders), plans_(plans), arena_(arena), control_(std::move(control)) {}
 
 Server::~Server() { close(); }
 

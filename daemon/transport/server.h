@@ -17,6 +17,7 @@
 
 #include "engine/stats.h"
 #include "plans/plan_store.h"
+#include "segments/segment_arena.h"
 #include "transport/purge_orders.h"
 #include "variants/purger.h"
 
@@ -47,8 +48,10 @@ struct ServerOptions {
 
 class Server {
  public:
+  // The arena must outlive the server.
   Server(uv_loop_t* loop, ServerOptions options, Stats& stats, Purger& purger,
-         PurgeOrders& orders, PlanStore& plans, ControlHandler control);
+         PurgeOrders& orders, PlanStore& plans, SegmentArena& arena,
+         ControlHandler control);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -75,6 +78,7 @@ class Server {
   Purger& purger_;
   PurgeOrders& orders_;
   PlanStore& plans_;
+  SegmentArena& arena_;
   ControlHandler control_;
   uv_pipe_t* listener_ = nullptr;
   bool ownsPath_ = false;

@@ -17,12 +17,24 @@
 #include <string>
 #include <vector>
 
+#include <capnp/serialize.h>
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include "esi_wire.h"
 
 namespace esi {
 namespace {
+
+// A plan step's segment, as the worker reads it.
+struct ReceivedSegment {
+  uint64_t runOffset = 0;  // the verbatim step's
+  uint64_t runLength = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  uint32_t crc = 0;
+  std::string head;
+};
 
 struct Received {
   uint64_t released = 0;
@@ -32,15 +44,18 @@ struct Received {
   bool purgeDone = false;
   bool purgeScanned = false;
   std::string plan;  // "V0+3 C3:<esi I[/x?] ..." as the steps came; "" none
+                     // (a verbatim step with a segment ends in "S")
   std::string failed;  // the reason of a Response.fail
   uint64_t planLength = 0;
+  uint32_t pin = 0;
+  std::vector<ReceivedSegment> segments;
 };
 
 class TestWorker {
  public:
   explicit TestWorker(int socketFd) {
-    char buf[256];
-    alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))];
+    alignas(capnp::word) char buf[256];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))];
     iovec iov{buf, sizeof(buf)};
     msghdr msg{};
     msg.msg_iov = &iov;
@@ -50,7 +65,13 @@ class TestWorker {
     welcomeBytes = recvmsg(socketFd, &msg, 0);
     cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
     if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS) return;
+    if (cmsg->cmsg_len != CMSG_LEN(sizeof(fds))) return;
     std::memcpy(fds, CMSG_DATA(cmsg), sizeof(fds));
+    capnp::FlatArrayMessageReader reader(
+        kj::arrayPtr(reinterpret_cast<const capnp::word*>(buf), welcomeBytes / 8));
+    arenaSize = reader.getRoot<wire::Welcome>().getArenaSize();
+    arenaSeals = fcntl(fds[3], F_GET_SEALS);
+    arena = mmap(nullptr, arenaSize, PROT_READ, MAP_SHARED, fds[3], 0);
     seals = fcntl(fds[0], F_GET_SEALS);
     struct stat st;
     fstat(fds[0], &st);
@@ -61,12 +82,14 @@ class TestWorker {
     esi_ring_attach(&toDaemon, &header->to_daemon, base, header->ring_size);
     esi_ring_attach(&toWorker, &header->to_worker, base + header->ring_size,
                     header->ring_size);
+    pins = esi_shm_pins(static_cast<uint8_t*>(map), header->ring_size);
   }
   TestWorker(const TestWorker&) = delete;
   TestWorker& operator=(const TestWorker&) = delete;
 
   ~TestWorker() {
     if (map != nullptr) munmap(map, mapSize);
+    if (arena != nullptr && arena != MAP_FAILED) munmap(arena, arenaSize);
     for (int fd : fds) if (fd >= 0) close(fd);
   }
 
@@ -93,8 +116,10 @@ class TestWorker {
   }
 
   // An open for a cache hit in plan zone "plans".
+  // With esi_stitch: segments recorded at stitchLevel, and asked for.
   void openCached(uint32_t stream, const std::string& object, uint64_t base = 0,
-                  bool planFailed = false, const std::string& cookies = "") {
+                  bool planFailed = false, const std::string& cookies = "",
+                  uint8_t stitchLevel = 0, bool segments = false) {
     send(stream, ESI_WIRE_REQUEST_OPEN_WHICH, [&](esi_wire_out_t* req) {
       esi_wire_out_t o;
       esi_wire_set_struct(req, ESI_WIRE_REQUEST_OPEN_PTR, ESI_WIRE_OPEN_DATA_WORDS,
@@ -106,7 +131,13 @@ class TestWorker {
       esi_wire_set_text(&o, ESI_WIRE_OPEN_PLAN_ZONE_PTR, "plans", 5);
       esi_wire_set_u64(&o, ESI_WIRE_OPEN_PLAN_ZONE_BYTES_OFFSET, 1 << 20);
       esi_wire_set_u64(&o, ESI_WIRE_OPEN_BASE_OFFSET, base);
+      // The C codec writes no single bytes: the level is the high byte of
+      // a u16 whose low byte (bools, maybe) is written after it.
+      static_assert(ESI_WIRE_OPEN_STITCH_LEVEL_OFFSET % 2 == 1);
+      esi_wire_set_u16(&o, ESI_WIRE_OPEN_STITCH_LEVEL_OFFSET - 1,
+                       static_cast<uint16_t>(stitchLevel << 8));
       esi_wire_set_bool(&o, ESI_WIRE_OPEN_PLAN_FAILED_BIT, planFailed);
+      esi_wire_set_bool(&o, ESI_WIRE_OPEN_SEGMENTS_BIT, segments);
       setCookies(&o, cookies);
     });
   }
@@ -248,15 +279,31 @@ class TestWorker {
     ASSERT_EQ(esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PLAN_PTR, &plan), 0);
     ASSERT_EQ(esi_wire_get_list(&plan, ESI_WIRE_PLAN_STEPS_PTR, &steps), 0);
     received.planLength = esi_wire_u64(&plan, ESI_WIRE_PLAN_LENGTH_OFFSET);
+    received.pin = esi_wire_u32(&plan, ESI_WIRE_PLAN_PIN_OFFSET);
     for (uint32_t i = 0; i < steps.count; ++i) {
       esi_wire_list_at(&steps, i, &step);
       if (!received.plan.empty()) received.plan += ' ';
       switch (esi_wire_u16(&step, ESI_WIRE_PLAN_STEP_WHICH_OFFSET)) {
-        case ESI_WIRE_PLAN_STEP_VERBATIM_WHICH:
-          received.plan +=
-              "V" + std::to_string(esi_wire_u64(&step, ESI_WIRE_PLAN_STEP_VERBATIM_OFFSET_OFFSET)) +
-              "+" + std::to_string(esi_wire_u64(&step, ESI_WIRE_PLAN_STEP_VERBATIM_LENGTH_OFFSET));
+        case ESI_WIRE_PLAN_STEP_VERBATIM_WHICH: {
+          ReceivedSegment s;
+          s.runOffset = esi_wire_u64(&step, ESI_WIRE_PLAN_STEP_VERBATIM_OFFSET_OFFSET);
+          s.runLength = esi_wire_u64(&step, ESI_WIRE_PLAN_STEP_VERBATIM_LENGTH_OFFSET);
+          received.plan += "V" + std::to_string(s.runOffset) + "+" + std::to_string(s.runLength);
+          esi_wire_struct_t segment;
+          const uint8_t* head;
+          size_t n;
+          ASSERT_EQ(esi_wire_get_struct(&step, ESI_WIRE_PLAN_STEP_VERBATIM_SEGMENT_PTR, &segment), 0);
+          ASSERT_EQ(esi_wire_get_data(&segment, ESI_WIRE_SEGMENT_HEAD_PTR, &head, &n), 0);
+          s.offset = esi_wire_u64(&segment, ESI_WIRE_SEGMENT_OFFSET_OFFSET);
+          s.length = esi_wire_u32(&segment, ESI_WIRE_SEGMENT_LENGTH_OFFSET);
+          s.crc = esi_wire_u32(&segment, ESI_WIRE_SEGMENT_CRC_OFFSET);
+          s.head.assign(reinterpret_cast<const char*>(head), n);
+          if (s.length != 0) {
+            received.plan += "S";
+            received.segments.push_back(std::move(s));
+          }
           break;
+        }
         case ESI_WIRE_PLAN_STEP_CHECK_WHICH: {
           const uint8_t* bytes;
           size_t n;
@@ -288,8 +335,12 @@ class TestWorker {
   }
 
   ssize_t welcomeBytes = -1;
-  int fds[3] = {-1, -1, -1};
+  int fds[4] = {-1, -1, -1, -1};  // rings, worker and daemon eventfds, arena
   int seals = 0;
+  int arenaSeals = 0;
+  uint64_t arenaSize = 0;
+  void* arena = nullptr;  // read-only
+  uint32_t* pins = nullptr;
   size_t mapSize = 0;
   void* map = nullptr;
   esi_ring_t toDaemon{};
@@ -321,13 +372,15 @@ class TestWorker {
   std::string sent_;
 };
 
+const std::string kObject(40, 'o');
+
 class WorkerSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(uv_loop_init(&loop_), 0);
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets_), 0);
     session_ = std::make_shared<WorkerSession>(
-        &loop_, sockets_[0], 256 * 1024, stats_, purger_, orders_, plans_,
+        &loop_, sockets_[0], 256 * 1024, stats_, purger_, orders_, plans_, arena_,
         [this](std::string_view reason) { fatal_ = std::string(reason); });
     ASSERT_TRUE(session_->start());
     worker_ = std::make_unique<TestWorker>(sockets_[1]);
@@ -358,6 +411,15 @@ class WorkerSessionTest : public ::testing::Test {
     uv_run(&loop_, UV_RUN_NOWAIT);
   }
 
+  // A first hit of kObject (stream 1) sends the page, whose plan esid
+  // records with segments at stitchLevel (0: none).
+  void recordPlanOf(const std::string& page, uint8_t stitchLevel, const std::string& cookies = "") {
+    worker_->openCached(1, kObject, 0, false, cookies, stitchLevel);
+    worker_->body(1, page);
+    worker_->end(1);
+    serve();
+  }
+
   // Lets esid handle what the worker wrote: the loop runs until the
   // eventfd wake-up has been served.
   void serve() {
@@ -372,6 +434,7 @@ class WorkerSessionTest : public ::testing::Test {
   Stats stats_;
   Purger purger_{&loop_};
   PurgeOrders orders_;
+  SegmentArena arena_{SegmentArena::kMinBytes};  // before the plans it holds
   PlanStore plans_;
   std::optional<std::string> fatal_;
   std::shared_ptr<WorkerSession> session_;
@@ -475,8 +538,6 @@ TEST_F(WorkerSessionTest, StreamOpenedTwiceEndsTheSession) {
   serve();
   EXPECT_TRUE(fatal_);
 }
-
-const std::string kObject(40, 'o');
 
 TEST_F(WorkerSessionTest, FirstHitRecordsThePlanAndTheNextHitGetsIt) {
   worker_->openCached(1, kObject);
@@ -589,6 +650,133 @@ TEST_F(WorkerSessionTest, AFailedPlansBaseInsideATryFailsTheStreamAndForgetsTheP
   worker_->openCached(3, kObject);
   serve();
   EXPECT_TRUE(worker_->received.plan.empty());  // forgotten: send the body
+}
+
+// --- Stitching: segments in plans ---------------------------------------------
+
+std::string prose(size_t bytes, char tag = 'p') {
+  std::string out;
+  while (out.size() < bytes) out += std::string("Text of the page, paragraph ") + tag + ". ";
+  out.resize(bytes);
+  return out;
+}
+
+// Runs of 300, 100 and 200 bytes: the first and the last get segments.
+const std::string kStitchedPage = prose(300, 'a') + "<esi:include src=\"/x\"/>" +
+                                  prose(100, 'b') + "<esi:include src=\"/y\"/>" +
+                                  prose(200, 'c');
+
+// A segment's bytes, raw-inflated: they end with a full flush, not a final
+// block, so inflate stops with Z_OK and no input left.
+std::string inflateSegment(std::string_view deflated) {
+  z_stream z{};
+  inflateInit2(&z, -15);
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(deflated.data()));
+  z.avail_in = static_cast<uInt>(deflated.size());
+  std::string out(1 << 16, '\0');
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = inflate(&z, Z_SYNC_FLUSH);
+  out.resize(out.size() - z.avail_out);
+  if (rc != Z_OK || z.avail_in != 0) out = "inflate failed";
+  inflateEnd(&z);
+  return out;
+}
+
+TEST_F(WorkerSessionTest, WelcomeCarriesTheSegmentArenaSealedAgainstWrites) {
+  ASSERT_GE(worker_->fds[3], 0);
+  EXPECT_EQ(worker_->arenaSize, arena_.size());
+  EXPECT_TRUE(worker_->arenaSeals & F_SEAL_SHRINK);
+  EXPECT_TRUE(worker_->arenaSeals & F_SEAL_GROW);
+  EXPECT_TRUE(worker_->arenaSeals & 0x0010);  // F_SEAL_FUTURE_WRITE
+  EXPECT_NE(worker_->arena, MAP_FAILED);
+  EXPECT_EQ(mmap(nullptr, worker_->arenaSize, PROT_READ | PROT_WRITE, MAP_SHARED,
+                 worker_->fds[3], 0),
+            MAP_FAILED);
+}
+
+TEST_F(WorkerSessionTest, AStitchedHitNamesTheSegmentsOfLongRunsAndPinsThem) {
+  recordPlanOf(kStitchedPage, 6);
+  worker_->openCached(2, kObject, 0, false, "", 0, true);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(worker_->received.plan,
+            "V0+300S C300:<esi:include src=\"/x\"/> I/x V323+100 "
+            "C423:<esi:include src=\"/y\"/> I/y V446+200S");
+  const uint32_t pin = worker_->received.pin;
+  ASSERT_NE(pin, 0u);
+  EXPECT_EQ(worker_->pins[pin - 1], 1u);
+  EXPECT_EQ(stats_.stitched, 1u);
+
+  ASSERT_EQ(worker_->received.segments.size(), 2u);
+  for (const ReceivedSegment& segment : worker_->received.segments) {
+    const std::string run = kStitchedPage.substr(segment.runOffset, segment.runLength);
+    EXPECT_EQ(segment.head, run.substr(0, 32));
+    EXPECT_EQ(segment.crc, crc32(0, reinterpret_cast<const Bytef*>(run.data()),
+                                 static_cast<uInt>(run.size())));
+    ASSERT_LE(segment.offset + segment.length, worker_->arenaSize);
+    EXPECT_EQ(inflateSegment(std::string_view(static_cast<const char*>(worker_->arena) +
+                                                  segment.offset,
+                                              segment.length)),
+              run);
+  }
+
+  // Each hit pins once more; the worker lowers each count when it is done.
+  worker_->openCached(3, kObject, 0, false, "", 0, true);
+  serve();
+  EXPECT_EQ(worker_->received.pin, pin);
+  EXPECT_EQ(worker_->pins[pin - 1], 2u);
+}
+
+TEST_F(WorkerSessionTest, AHitWithoutSegmentsGetsNeitherSegmentsNorAPin) {
+  recordPlanOf(kStitchedPage, 9);
+  worker_->openCached(2, kObject);
+  serve();
+  EXPECT_EQ(worker_->received.plan,
+            "V0+300 C300:<esi:include src=\"/x\"/> I/x V323+100 "
+            "C423:<esi:include src=\"/y\"/> I/y V446+200");
+  EXPECT_EQ(worker_->received.pin, 0u);
+  EXPECT_TRUE(std::all_of(worker_->pins, worker_->pins + ESI_PIN_SLOTS,
+                          [](uint32_t count) { return count == 0; }));
+  EXPECT_EQ(stats_.stitched, 0u);
+}
+
+TEST_F(WorkerSessionTest, APlanRecordedWithoutAStitchLevelHasNoSegmentsToName) {
+  recordPlanOf(kStitchedPage, 0);
+  worker_->openCached(2, kObject, 0, false, "", 0, true);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(worker_->received.planLength, kStitchedPage.size());
+  EXPECT_EQ(worker_->received.plan.find('S'), std::string::npos);
+  EXPECT_EQ(worker_->received.pin, 0u);
+}
+
+TEST_F(WorkerSessionTest, AStitchLevelAbove9EndsTheSession) {
+  worker_->openCached(1, kObject, 0, false, "", 10);
+  serve();
+  ASSERT_TRUE(fatal_);
+  EXPECT_NE(fatal_->find("stitch level"), std::string::npos);
+}
+
+TEST_F(WorkerSessionTest, APlanDroppedAtASegmentedRunsStartResumesInsideItsBranch) {
+  // The worker found another head where the run in the when branch starts
+  // (at 53): esid parses from there, inside the branch.
+  const std::string page = "a<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})=='x'\">" +
+                           prose(200) +
+                           "</esi:when><esi:otherwise>c</esi:otherwise></esi:choose>d";
+  recordPlanOf(page, 6, "g=x");
+  worker_->openCached(2, kObject, 0, false, "g=x", 0, true);
+  serve();
+  ASSERT_EQ(worker_->received.segments.size(), 1u);
+  ASSERT_EQ(worker_->received.segments[0].runOffset, 53u);
+
+  worker_->received.assembled.clear();
+  worker_->openCached(3, kObject, 53, true, "g=x");
+  worker_->body(3, page.substr(53));
+  worker_->end(3);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(worker_->received.assembled, prose(200) + "d");
 }
 
 TEST_F(WorkerSessionTest, AnObjectIdentityOfTheWrongSizeEndsTheSession) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include <capnp/serialize.h>
 #include <kj/io.h>
@@ -99,6 +100,13 @@ void encode(Builder builder, TryMark mark) {
   }
 }
 
+void encode(wire::Segment::Builder builder, const Segment& segment) {
+  builder.setOffset(segment.offset);
+  builder.setLength(segment.length);
+  builder.setCrc(segment.crc);
+  builder.setHead(kj::arrayPtr(segment.head.data(), segment.head.size()));
+}
+
 void encode(wire::PlanStep::Builder builder, const PlanCheck& check) {
   auto c = builder.initCheck();
   c.setOffset(check.offset);
@@ -121,10 +129,10 @@ std::optional<RequestValues> requestValues(wire::RequestVars::Reader vars) {
 
 WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
                              Stats& stats, Purger& purger, PurgeOrders& orders,
-                             PlanStore& plans, FatalHandler onFatal)
+                             PlanStore& plans, SegmentArena& arena, FatalHandler onFatal)
     : socketFd_(socketFd), stats_(stats), purger_(purger), orders_(orders), plans_(plans),
-      onFatal_(std::move(onFatal)),
-      rings_(ringSize), poll_(new uv_poll_t),
+      arena_(arena), onFatal_(std::move(onFatal)),
+      rings_(ringSize), pins_(arena, rings_.pins()), poll_(new uv_poll_t),
       firstSegment_(kj::heapArray<capnp::word>(kFirstSegmentWords)) {
   // MallocMessageBuilder takes it zeroed, and zeroes what it used again.
   std::memset(firstSegment_.begin(), 0, firstSegment_.size() * sizeof(capnp::word));
@@ -152,9 +160,11 @@ bool WorkerSession::start() {
   welcome.setVersion(wire::PROTOCOL_VERSION);
   welcome.setRingSize(rings_.ringSize());
   welcome.setDaemonPid(static_cast<uint32_t>(getpid()));
+  welcome.setArenaSize(arena_.size());
   kj::Array<capnp::word> bytes = capnp::messageToFlatArray(message);
 
-  int fds[3] = {rings_.memfd(), rings_.workerEventfd(), rings_.daemonEventfd()};
+  int fds[4] = {rings_.memfd(), rings_.workerEventfd(), rings_.daemonEventfd(),
+                arena_.memfd()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
   iovec iov{bytes.begin(), bytes.size() * sizeof(capnp::word)};
   msghdr msg{};
@@ -331,7 +341,7 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length,
         }
         it->second.stream->finish();
         sendSplice(id, it->second, true);
-        if (it->second.plan) recordPlan(*it->second.plan, *it->second.stream);
+        recordPlan(it->second);
         streams_.erase(it);
         --stats_.activeStreams;
         return true;
@@ -379,6 +389,10 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
     violation("open: a request variable longer than 64 KiB");
     return false;
   }
+  if (open.getStitchLevel() > 9) {
+    violation("open: a stitch level above 9");
+    return false;
+  }
   const PageAddress page{textOf(uri), textOf(authority)};
 
   std::optional<PlanKey> planKey;
@@ -401,7 +415,7 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
       violation("open: a base offset without a failed plan");
       return false;
     } else if (auto plan = plans_.find(planKey->zone, planKey->id)) {
-      if (sendPlan(id, *plan, page, *values)) {
+      if (sendPlan(id, *plan, page, *values, open.getSegments())) {
         ++stats_.planned;
         return true;
       }
@@ -432,6 +446,7 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
     // the body, which esid keeps to record the plan from.
     entry.stream->record(kMaxRecordedBody);
     entry.plan = std::move(planKey);
+    entry.stitchLevel = open.getStitchLevel();
     sendSplice(id, entry, false);
   }
   return true;
@@ -454,17 +469,20 @@ ParserLimits WorkerSession::parserLimits(wire::Open::Reader open) {
   return limits;
 }
 
-void WorkerSession::recordPlan(const PlanKey& key, const Stream& stream) {
-  if (!stream.recording()) return;  // the body outgrew what a plan may keep
+void WorkerSession::recordPlan(const StreamEntry& entry) {
+  const Stream& stream = *entry.stream;
+  // Nothing to record, or the body outgrew what a plan may keep.
+  if (!entry.plan || !stream.recording()) return;
   std::optional<Plan> plan = buildPlan(stream.recordedProgram(), stream.recordedBody());
   if (!plan) return;
   // A plan travels as one message: it must fit the ring with room to spare.
   if (plan->bytes() > esi_ring_max_payload(&rings_.responses()) / 2) return;
-  plans_.record(key.zone, key.id, std::move(*plan));
+  if (entry.stitchLevel != 0) plan->deflateRuns(stream.recordedBody(), entry.stitchLevel, arena_);
+  plans_.record(entry.plan->zone, entry.plan->id, std::move(*plan));
 }
 
 bool WorkerSession::sendPlan(uint32_t id, const Plan& plan, const PageAddress& page,
-                             const RequestValues& values) {
+                             const RequestValues& values, bool segments) {
   plan.evaluate(page, values, evaluation_);
   capnp::MallocMessageBuilder message(firstSegment_);
   auto response = message.initRoot<wire::Response>();
@@ -473,12 +491,34 @@ bool WorkerSession::sendPlan(uint32_t id, const Plan& plan, const PageAddress& p
   body.setLength(plan.length);
   auto list = body.initSteps(static_cast<unsigned>(evaluation_.size()));
   unsigned i = 0;
-  evaluation_.forEach([&](const auto& step) { encode(list[i++], step); });
+  // Both ascending: a run has its segment when it is exactly a segmented
+  // run of the page (one this request merged with another has none).
+  auto segment = segments ? plan.segments.begin() : plan.segments.end();
+  bool named = false;
+  evaluation_.forEach([&](const auto& step) {
+    auto builder = list[i++];
+    encode(builder, step);
+    if constexpr (std::is_same_v<std::decay_t<decltype(step)>, VerbatimRun>) {
+      while (segment != plan.segments.end() && segment->runOffset < step.offset) ++segment;
+      if (segment != plan.segments.end() && segment->runOffset == step.offset &&
+          segment->runLength == step.length) {
+        encode(builder.getVerbatim().initSegment(), *segment);
+        named = true;
+      }
+    }
+  });
+  if (named) body.setPin(plan.lease.slot() + 1);
   // A plan travels as one message: with this request's values it must fit
   // the ring with room to spare.
   if (capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word) >
       esi_ring_max_payload(&rings_.responses()) / 2) {
     return false;
+  }
+  if (named) {
+    // Before the worker can read the plan: from here until it lowers the
+    // count, the extent stays as it is even if the plan goes.
+    pins_.pin(plan.lease.slot());
+    ++stats_.stitched;
   }
   send(message);
   return true;

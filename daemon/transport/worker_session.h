@@ -22,6 +22,7 @@
 #include "engine/stream.h"
 #include "esi.capnp.h"
 #include "plans/plan_store.h"
+#include "segments/segment_arena.h"
 #include "transport/purge_orders.h"
 #include "transport/shared_rings.h"
 #include "variants/purger.h"
@@ -34,15 +35,16 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // Called when the session must end: a protocol violation or a broken ring.
   using FatalHandler = std::function<void(std::string_view reason)>;
 
-  // Throws std::system_error when the rings cannot be created.
+  // Throws std::system_error when the rings cannot be created.  The arena
+  // must outlive the session.
   WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize, Stats& stats,
                 Purger& purger, PurgeOrders& orders, PlanStore& plans,
-                FatalHandler onFatal);
+                SegmentArena& arena, FatalHandler onFatal);
   ~WorkerSession() override;
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;
 
-  // Sends the Welcome with the ring fds and starts serving.  False when the
+  // Sends the Welcome with the ring and arena fds and starts serving.  False when the
   // socket would not take it.
   bool start();
 
@@ -65,6 +67,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
     std::unique_ptr<Stream> stream;
     uint64_t releasedSent = 0;
     std::optional<PlanKey> plan;
+    int stitchLevel = 0;  // the plan's segments' deflate level; 0: none
   };
 
   static void onPoll(uv_poll_t* handle, int status, int events);
@@ -75,10 +78,12 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   bool handleOpen(uint32_t id, wire::Open::Reader open);
   ParserLimits parserLimits(wire::Open::Reader open);
   // False when the plan, evaluated for this request, is too large to send.
+  // With segments (a gzip-stitched response) its runs name their segments,
+  // pinned for this connection.
   bool sendPlan(uint32_t id, const Plan& plan, const PageAddress& page,
-                const RequestValues& values);
+                const RequestValues& values, bool segments);
   void sendFail(uint32_t id, std::string_view reason);
-  void recordPlan(const PlanKey& key, const Stream& stream);
+  void recordPlan(const StreamEntry& entry);
   bool handleZone(wire::Zone::Reader zone);
   bool handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done);
   bool handleStored(wire::Stored::Reader stored);
@@ -96,8 +101,10 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   Purger& purger_;
   PurgeOrders& orders_;
   PlanStore& plans_;
+  SegmentArena& arena_;
   FatalHandler onFatal_;
   SharedRings rings_;
+  PinTable pins_;  // in rings_' memory: goes first
   uv_poll_t* poll_;
   bool stopped_ = false;
   std::unordered_map<uint32_t, StreamEntry> streams_;

@@ -99,7 +99,7 @@ class Connection {
     // Shared, as esid's server holds it: a late Purged answer finds the
     // session through a weak pointer.
     session_ = std::make_shared<WorkerSession>(
-        loop, sockets_[0], kRingSize, stats, purger, orders_, plans_,
+        loop, sockets_[0], kRingSize, stats, purger, orders_, plans_, arena_,
         [this](std::string_view) { fatal_ = true; });
     FUZZ_CHECK(session_->start());
     receiveWelcome();
@@ -317,10 +317,12 @@ class Connection {
   uv_loop_t* const loop_;
   int sockets_[2] = {-1, -1};
   PurgeOrders orders_;  // before the session, which withdraws from it
+  SegmentArena arena_{SegmentArena::kMinBytes};  // before the plans it holds
   PlanStore plans_;
   std::shared_ptr<WorkerSession> session_;
   bool fatal_ = false;
-  int fds_[3] = {-1, -1, -1};  // memfd, worker eventfd, daemon eventfd
+  // memfd, worker eventfd, daemon eventfd, segment arena
+  int fds_[4] = {-1, -1, -1, -1};
   void* map_ = nullptr;
   size_t mapSize_ = 0;
   esi_ring_t toDaemon_{};

@@ -1,5 +1,6 @@
 // hostile_esid: a test double for esid.  It speaks the real protocol (the
-// Hello, a Welcome with SCM_RIGHTS, the sealed memfd and the rings, Cap'n
+// Hello, a Welcome with SCM_RIGHTS, the sealed memfd and the rings, the
+// segment arena (empty: no plan ever names a segment), Cap'n
 // Proto records; proto/README.md) and then breaks it in one chosen way, so
 // that the integration tests can check that an NGINX worker refuses each
 // violation, applies esi_fallback and survives.
@@ -58,11 +59,13 @@
 
 #include "esi.capnp.h"
 #include "esi/ring.h"
+#include "segments/segment_arena.h"
 #include "transport/shared_rings.h"
 #include "transport/unique_fd.h"
 
 namespace {
 
+using esi::SegmentArena;
 using esi::SharedRings;
 using esi::UniqueFd;
 
@@ -173,8 +176,9 @@ struct BadRings {
 // One worker's connection, from its Hello to its EOF.
 class Connection {
  public:
-  Connection(UniqueFd socket, const Options& options, unsigned number)
-      : socket_(std::move(socket)), options_(options), number_(number) {}
+  Connection(UniqueFd socket, const Options& options, const SegmentArena& arena,
+             unsigned number)
+      : socket_(std::move(socket)), options_(options), arena_(arena), number_(number) {}
 
   // Reads the Hello and sends the Welcome.  False: drop the connection.
   bool handshake();
@@ -200,7 +204,8 @@ class Connection {
   };
 
   bool readHello();
-  bool sendWelcome(const int (&fds)[3]);
+  // The rings' memfd and eventfds; the arena goes fourth.
+  bool sendWelcome(const int (&rings)[3]);
   void handle(const uint8_t* payload, uint32_t length);
   void answer(uint32_t id, Stream& stream, bool last);
   void misbehave(uint32_t id, Stream& stream, bool last);
@@ -211,6 +216,7 @@ class Connection {
 
   UniqueFd socket_;
   const Options& options_;
+  const SegmentArena& arena_;
   const unsigned number_;
   std::unique_ptr<SharedRings> rings_;
   std::unique_ptr<BadRings> badRings_;
@@ -267,14 +273,16 @@ bool Connection::readHello() {
   }
 }
 
-bool Connection::sendWelcome(const int (&fds)[3]) {
+bool Connection::sendWelcome(const int (&rings)[3]) {
   capnp::MallocMessageBuilder message;
   auto welcome = message.initRoot<esi::wire::Welcome>();
   welcome.setVersion(esi::wire::PROTOCOL_VERSION);
   welcome.setRingSize(options_.ringSize);
   welcome.setDaemonPid(static_cast<uint32_t>(getpid()));
+  welcome.setArenaSize(arena_.size());
   kj::Array<capnp::word> bytes = capnp::messageToFlatArray(message);
 
+  const int fds[4] = {rings[0], rings[1], rings[2], arena_.memfd()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
   iovec iov{bytes.begin(), bytes.size() * sizeof(capnp::word)};
   msghdr msg{};
@@ -582,6 +590,7 @@ int main(int argc, char** argv) {
   const Options options = parseOptions(argc, argv);
   signal(SIGPIPE, SIG_IGN);
   const UniqueFd listener = listenOn(options.socketPath);
+  const SegmentArena arena(SegmentArena::kMinBytes);
   std::fprintf(stderr, "hostile: listening on %s, mode %s\n", options.socketPath.c_str(),
                options.modeName.data());
 
@@ -625,7 +634,7 @@ int main(int argc, char** argv) {
     if (fds[0].revents & POLLIN) {
       UniqueFd fd(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!fd) continue;
-      auto c = std::make_unique<Connection>(std::move(fd), options, ++accepted);
+      auto c = std::make_unique<Connection>(std::move(fd), options, arena, ++accepted);
       if (c->handshake()) connections.push_back(std::move(c));
     }
   }
