@@ -181,6 +181,18 @@ typedef struct {
 } ngx_http_esi_arena_t;
 
 
+/*
+ * The connection's pin table, mapped apart from the rings: a request that
+ * pinned segments lowers its count there when it is over, also after the
+ * connection it came from has closed (esid keeps counting it meanwhile).
+ */
+
+typedef struct {
+    uint32_t                  *counts;      /* ESI_PIN_SLOTS */
+    ngx_uint_t                 refs;        /* requests, and esi_daemon's */
+} ngx_http_esi_pins_t;
+
+
 typedef struct ngx_http_esi_held_s  ngx_http_esi_held_t;
 
 struct ngx_http_esi_held_s {
@@ -300,8 +312,8 @@ typedef struct ngx_http_esi_ctx_s {
     off_t                      base;        /* first byte esid parses */
     ngx_uint_t                 includes;    /* issued, alt= not counted */
     ngx_http_esi_arena_t      *arena;       /* the plan's segments are here */
-    uint32_t                   pin;         /* ... pinned in this slot + 1 */
-    ngx_uint_t                 pin_session; /* ... of this connection */
+    ngx_http_esi_pins_t       *pins;        /* ... pinned in this table */
+    uint32_t                   pin;         /* ... at this slot + 1 */
     off_t                      passed;      /* fallen: input a segment sent */
     off_t                      fragment_room; /* esi_max_fragment_size left */
 
@@ -435,8 +447,7 @@ typedef struct {
     int                        fds[4];
     ngx_uint_t                 nfds;
     ngx_http_esi_arena_t      *arena;
-    uint32_t                  *pins;        /* the connection's pin table */
-    ngx_uint_t                 session;     /* counts connections */
+    ngx_http_esi_pins_t       *pins;
 
     unsigned                   lost_reports:1;  /* since the last announce */
 } ngx_http_esi_daemon_t;
@@ -453,8 +464,10 @@ static ngx_int_t ngx_http_esi_attach(ngx_http_esi_daemon_t *d);
 static ngx_int_t ngx_http_esi_map_arena(ngx_http_esi_daemon_t *d,
     ngx_fd_t fd, uint64_t size);
 static void ngx_http_esi_unref_arena(ngx_http_esi_arena_t *arena);
-static void ngx_http_esi_unpin(ngx_http_esi_daemon_t *d, uint32_t pin,
-    ngx_uint_t session);
+static ngx_int_t ngx_http_esi_map_pins(ngx_http_esi_daemon_t *d,
+    ngx_fd_t fd, uint32_t ring_size);
+static void ngx_http_esi_unref_pins(ngx_http_esi_pins_t *pins);
+static void ngx_http_esi_unpin(ngx_http_esi_pins_t *pins, uint32_t pin);
 static void ngx_http_esi_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
     const char *reason);
 static void ngx_http_esi_close(ngx_http_esi_daemon_t *d);
@@ -1398,8 +1411,9 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
     esi_ring_attach(&d->rx, &hdr->to_worker,
                     shm + ESI_SHM_HEADER_SIZE + ring_size, ring_size);
 
-    d->pins = esi_shm_pins(shm, ring_size);
-    d->session++;
+    if (ngx_http_esi_map_pins(d, d->fds[0], ring_size) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     close(d->fds[0]);
     d->fds[0] = -1;
@@ -1533,20 +1547,56 @@ ngx_http_esi_unref_arena(ngx_http_esi_arena_t *arena)
 }
 
 
-/*
- * The request is over, or never used the plan: its pin on the plan's
- * segments goes, in the table of the connection that set it (none if
- * that connection is gone, and its pins with it).
- */
+static ngx_int_t
+ngx_http_esi_map_pins(ngx_http_esi_daemon_t *d, ngx_fd_t fd,
+    uint32_t ring_size)
+{
+    u_char               *counts;
+    ngx_http_esi_pins_t  *pins;
+
+    pins = ngx_alloc(sizeof(ngx_http_esi_pins_t), d->log);
+    if (pins == NULL) {
+        return NGX_ERROR;
+    }
+
+    counts = mmap(NULL, ESI_PIN_SLOTS * sizeof(uint32_t),
+                  PROT_READ|PROT_WRITE, MAP_SHARED, fd,
+                  (off_t) esi_shm_pins_offset(ring_size));
+
+    if (counts == MAP_FAILED) {
+        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                      "esi: mmap() of the pin table failed");
+        ngx_free(pins);
+        return NGX_ERROR;
+    }
+
+    pins->counts = (uint32_t *) counts;
+    pins->refs = 1;
+
+    d->pins = pins;
+
+    return NGX_OK;
+}
+
 
 static void
-ngx_http_esi_unpin(ngx_http_esi_daemon_t *d, uint32_t pin, ngx_uint_t session)
+ngx_http_esi_unref_pins(ngx_http_esi_pins_t *pins)
 {
-    if (pin == 0 || d->pins == NULL || session != d->session) {
+    if (--pins->refs) {
         return;
     }
 
-    (void) __atomic_fetch_sub(&d->pins[pin - 1], 1, __ATOMIC_RELEASE);
+    munmap(pins->counts, ESI_PIN_SLOTS * sizeof(uint32_t));
+    ngx_free(pins);
+}
+
+
+/* the request is over, or never used the plan: its pin goes */
+
+static void
+ngx_http_esi_unpin(ngx_http_esi_pins_t *pins, uint32_t pin)
+{
+    (void) __atomic_fetch_sub(&pins->counts[pin - 1], 1, __ATOMIC_RELEASE);
 }
 
 
@@ -1619,6 +1669,10 @@ ngx_http_esi_close(ngx_http_esi_daemon_t *d)
     if (d->shm) {
         munmap(d->shm, d->shm_size);
         d->shm = NULL;
+    }
+
+    if (d->pins) {
+        ngx_http_esi_unref_pins(d->pins);
         d->pins = NULL;
     }
 
@@ -2255,7 +2309,8 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
         }
 
         ctx->pin = pin;
-        ctx->pin_session = d->session;
+        ctx->pins = d->pins;
+        ctx->pins->refs++;
         ctx->arena = d->arena;
         ctx->arena->refs++;
     }
@@ -2530,7 +2585,9 @@ ngx_http_esi_plan_unused(ngx_http_esi_daemon_t *d, esi_wire_struct_t *root)
         return NGX_ERROR;
     }
 
-    ngx_http_esi_unpin(d, pin, d->session);
+    if (pin) {
+        ngx_http_esi_unpin(d->pins, pin);
+    }
 
     return NGX_OK;
 }
@@ -4588,8 +4645,11 @@ ngx_http_esi_cleanup(void *data)
 
     /* nothing of the request is on its way to the client any more */
 
-    ngx_http_esi_unpin(&ngx_http_esi_daemon, ctx->pin, ctx->pin_session);
-    ctx->pin = 0;
+    if (ctx->pins) {
+        ngx_http_esi_unpin(ctx->pins, ctx->pin);
+        ngx_http_esi_unref_pins(ctx->pins);
+        ctx->pins = NULL;
+    }
 
     if (ctx->arena) {
         ngx_http_esi_unref_arena(ctx->arena);
@@ -5160,9 +5220,15 @@ ngx_http_esi_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         ctx->last_out = &cl->next;
     }
 
-    /* postpone may still hold our output behind an include, last_buf too */
+    /*
+     * postpone may still hold our output behind an include, last_buf too;
+     * and the filters below may hold what we gave them (gzip's copy, the
+     * writer's): only the writer's call through us lets them go on
+     */
 
-    if (ctx->out == NULL && ctx->busy == NULL && r->postponed == NULL) {
+    if (ctx->out == NULL && ctx->busy == NULL && r->postponed == NULL
+        && !r->connection->buffered)
+    {
         ngx_http_esi_release(ctx);
         return NGX_OK;
     }

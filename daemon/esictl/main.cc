@@ -196,6 +196,10 @@ constexpr Metric kMetrics[] = {
     {"segments_recorded", "segments_recorded_total", "counter", "Verbatim runs deflated into segments."},
     {"segment_arena_full", "segment_arena_full_total", "counter",
      "Plans recorded without segments: no room or no pin slot in the arena."},
+    {"segment_pins", "segment_pins", "gauge",
+     "Requests of living workers that may be sending segments."},
+    {"segment_retired_pin_tables", "segment_retired_pin_tables", "gauge",
+     "Pin tables of closed connections whose workers still send segments."},
 };
 
 // Prometheus text exposition format 0.0.4.  Keys esictl does not know yet

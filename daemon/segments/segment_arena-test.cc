@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -270,6 +272,62 @@ TEST(SegmentArena, ATableUnregisteredWithItsSessionNoLongerHoldsAnything) {
   auto c = deflateAll(arena, noise(4096, 3));
   ASSERT_TRUE(c);
   EXPECT_EQ(c->lease.offset(), offset);
+}
+
+TEST(SegmentArena, ARetiredTableHoldsItsPinsUntilTheWorkerLowersThem) {
+  SegmentArena arena(kArenaBytes);
+  std::vector<uint32_t> counts = pinTable();
+  auto a = deflateAll(arena, noise(4096, 1));
+  ASSERT_TRUE(a);
+  const uint64_t offset = a->lease.offset();
+  const uint32_t slot = a->lease.slot();
+  auto pins = std::make_unique<PinTable>(arena, counts.data());
+  pins->pin(slot);
+  a.reset();
+  arena.retire(std::move(pins));  // the connection closed mid-send
+  EXPECT_EQ(arena.stats()["segment_retired_pin_tables"], 1);
+
+  auto b = deflateAll(arena, noise(4096, 2));
+  ASSERT_TRUE(b);
+  EXPECT_NE(b->lease.offset(), offset);
+
+  counts[slot] = 0;  // the worker's request is over: it lowers its count
+  auto c = deflateAll(arena, noise(4096, 3));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->lease.offset(), offset);
+  EXPECT_EQ(arena.stats()["segment_retired_pin_tables"], 0);
+}
+
+TEST(SegmentArena, ARetiredTableOfAWorkerThatExitedHoldsNothing) {
+  SegmentArena arena(kArenaBytes);
+  std::vector<uint32_t> counts = pinTable();
+  const pid_t worker = fork();
+  ASSERT_GE(worker, 0);
+  if (worker == 0) {
+    pause();  // until killed
+    _exit(0);
+  }
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, worker, 0)));
+  ASSERT_TRUE(pidfd);
+  auto a = deflateAll(arena, noise(4096, 1));
+  ASSERT_TRUE(a);
+  const uint64_t offset = a->lease.offset();
+  const uint32_t slot = a->lease.slot();
+  auto pins = std::make_unique<PinTable>(arena, counts.data(), std::move(pidfd));
+  pins->pin(slot);
+  a.reset();
+  arena.retire(std::move(pins));
+
+  auto b = deflateAll(arena, noise(4096, 2));
+  ASSERT_TRUE(b);
+  EXPECT_NE(b->lease.offset(), offset);  // the worker lives: still pinned
+
+  kill(worker, SIGKILL);  // dies mid-send, its count still raised
+  ASSERT_EQ(waitpid(worker, nullptr, 0), worker);
+  auto c = deflateAll(arena, noise(4096, 3));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->lease.offset(), offset);
+  EXPECT_EQ(counts[slot], 1u);
 }
 
 TEST(SegmentArena, WithoutAFreePinSlotAPlanGetsNoSegments) {

@@ -1,7 +1,9 @@
 #include "segments/segment_arena.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -203,7 +205,14 @@ void SegmentArena::quarantine(uint64_t offset, uint64_t bytes, uint32_t slot) {
   --extents_;
 }
 
+void SegmentArena::retire(std::unique_ptr<PinTable> table) {
+  if (!table->idle()) retired_.push_back(std::move(table));
+}
+
 void SegmentArena::reclaim() {
+  std::erase_if(retired_, [](const std::unique_ptr<PinTable>& table) {
+    return table->idle() || table->workerGone();
+  });
   auto kept = std::remove_if(quarantine_.begin(), quarantine_.end(),
                              [this](const Quarantined& q) {
                                if (pinned(q.slot)) return false;
@@ -213,6 +222,20 @@ void SegmentArena::reclaim() {
                                return true;
                              });
   quarantine_.erase(kept, quarantine_.end());
+}
+
+uint64_t SegmentArena::pins() const {
+  uint64_t total = 0;
+  for (const uint32_t* counts : tables_) {
+    for (uint32_t slot = 0; slot < ESI_PIN_SLOTS; ++slot) {
+      total += __atomic_load_n(&counts[slot], __ATOMIC_ACQUIRE);
+    }
+  }
+  // A worker that exited sends nothing, whatever its table says.
+  for (const auto& table : retired_) {
+    if (table->workerGone()) total -= table->raised();
+  }
+  return total;
 }
 
 // Only a count esid raised can be non-zero, unless the worker is broken;
@@ -231,18 +254,57 @@ nlohmann::json SegmentArena::stats() const {
           {"segment_quarantined_extents", quarantine_.size()},
           {"segment_free_slots", freeSlots_.size()},
           {"segments_recorded", segmentsRecorded_},
-          {"segment_arena_full", full_}};
+          {"segment_arena_full", full_},
+          {"segment_pins", pins()},
+          {"segment_retired_pin_tables", std::count_if(retired_.begin(), retired_.end(),
+                                                       [](const auto& table) {
+                                                         return !table->workerGone();
+                                                       })}};
 }
 
-PinTable::PinTable(SegmentArena& arena, uint32_t* counts) : arena_(arena), counts_(counts) {
+std::unique_ptr<PinTable> PinTable::map(SegmentArena& arena, int memfd, uint64_t offset,
+                                        pid_t worker) {
+  const size_t bytes = ESI_PIN_SLOTS * sizeof(uint32_t);
+  void* mapping = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd,
+                       static_cast<off_t>(offset));
+  if (mapping == MAP_FAILED) fail("mmap of a pin table");
+  // Without a pidfd (a pid that is already gone, an old kernel) the table
+  // counts until it is idle.
+  UniqueFd pidfd(worker > 0 ? static_cast<int>(syscall(SYS_pidfd_open, worker, 0)) : -1);
+  auto table = std::make_unique<PinTable>(arena, static_cast<uint32_t*>(mapping),
+                                          std::move(pidfd));
+  table->mapping_ = mapping;
+  return table;
+}
+
+PinTable::PinTable(SegmentArena& arena, uint32_t* counts, UniqueFd workerPidfd)
+    : arena_(arena), counts_(counts), workerPidfd_(std::move(workerPidfd)) {
   arena_.tables_.push_back(counts_);
 }
 
 PinTable::~PinTable() {
   auto& tables = arena_.tables_;
   tables.erase(std::find(tables.begin(), tables.end(), counts_));
+  if (mapping_ != nullptr) munmap(mapping_, ESI_PIN_SLOTS * sizeof(uint32_t));
 }
 
 void PinTable::pin(uint32_t slot) { __atomic_fetch_add(&counts_[slot], 1, __ATOMIC_RELEASE); }
+
+bool PinTable::idle() const { return raised() == 0; }
+
+uint64_t PinTable::raised() const {
+  uint64_t total = 0;
+  for (uint32_t slot = 0; slot < ESI_PIN_SLOTS; ++slot) {
+    total += __atomic_load_n(&counts_[slot], __ATOMIC_ACQUIRE);
+  }
+  return total;
+}
+
+// A pidfd polls readable once its process has exited.
+bool PinTable::workerGone() const {
+  if (!workerPidfd_) return false;
+  pollfd p{workerPidfd_.get(), POLLIN, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+}
 
 }  // namespace esi

@@ -11,8 +11,12 @@
 // a plan's segments to a worker esid raises the slot's count in that
 // connection's PinTable, and the worker lowers it when done.  An extent whose
 // lease is gone waits in quarantine until its slot's count is zero in every
-// table; only then is it reused.  A table goes with its connection, so a
-// worker that never lowers a count keeps only that extent.
+// table; only then is it reused.  A connection that closes retires its
+// table: the worker may still be sending what it pinned (it keeps its own
+// mapping of the table until its last such request is over), so the table
+// counts until it holds nothing or the worker process has exited.  A worker
+// that never lowers a count keeps only those extents, and only while it
+// lives.
 
 #pragma once
 
@@ -20,17 +24,21 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <sys/types.h>
+
 #include "esi/ring.h"
 #include "transport/unique_fd.h"
 
 namespace esi {
 
+class PinTable;
 class SegmentArena;
 
 // One verbatim run's segment.
@@ -113,9 +121,13 @@ class SegmentArena {
   std::optional<DeflatedRuns> deflate(std::string_view body, const std::vector<RunRange>& runs,
                                       int level);
 
+  // A worker connection closed: its table counts on while the worker may
+  // still send what it pinned.
+  void retire(std::unique_ptr<PinTable> table);
+
   // arena_bytes, arena_used_bytes, arena_quarantined_bytes, extents,
-  // quarantined_extents, free_slots, segments_recorded, arena_full: flat,
-  // each key prefixed "segment_" for esictl stats.
+  // quarantined_extents, free_slots, segments_recorded, arena_full, pins,
+  // retired_pin_tables: flat, each key prefixed "segment_" for esictl stats.
   nlohmann::json stats() const;
 
  private:
@@ -130,9 +142,12 @@ class SegmentArena {
   std::optional<uint64_t> allocate(uint64_t bytes);
   void free(uint64_t offset, uint64_t bytes);
   void quarantine(uint64_t offset, uint64_t bytes, uint32_t slot);
-  // Gives back every quarantined extent whose slot no table pins.
+  // Forgets retired tables that pin nothing or whose worker is gone, then
+  // gives back every quarantined extent whose slot no table pins.
   void reclaim();
   bool pinned(uint32_t slot) const;
+  // Requests of living workers that may be sending segments.
+  uint64_t pins() const;
 
   const uint64_t size_;
   UniqueFd memfd_;
@@ -141,6 +156,7 @@ class SegmentArena {
   std::vector<uint32_t> freeSlots_;    // a stack: the lowest slot on top
   std::vector<Quarantined> quarantine_;
   std::vector<const uint32_t*> tables_;  // ESI_PIN_SLOTS counts each
+  std::vector<std::unique_ptr<PinTable>> retired_;  // after tables_: unregisters
   uint64_t used_ = 0;                    // by live leases
   uint64_t quarantinedBytes_ = 0;
   uint64_t extents_ = 0;
@@ -153,8 +169,15 @@ class SegmentArena {
 // as long as it lives.
 class PinTable {
  public:
+  // The ESI_PIN_SLOTS counts at `offset` of a connection's memfd, in a
+  // mapping of the table's own, so that it may outlive the rings; worker is
+  // the peer's pid (0: unknown, the table then counts until it is idle).
+  // Throws std::system_error when the kernel refuses the mapping.
+  static std::unique_ptr<PinTable> map(SegmentArena& arena, int memfd, uint64_t offset,
+                                       pid_t worker);
+
   // counts: ESI_PIN_SLOTS of them, outliving this object.
-  PinTable(SegmentArena& arena, uint32_t* counts);
+  PinTable(SegmentArena& arena, uint32_t* counts, UniqueFd workerPidfd = {});
   ~PinTable();
   PinTable(const PinTable&) = delete;
   PinTable& operator=(const PinTable&) = delete;
@@ -162,9 +185,18 @@ class PinTable {
   // A request of this connection may send the slot's segments from now on.
   void pin(uint32_t slot);
 
+  // No count is raised: nothing of the worker's pins a segment.
+  bool idle() const;
+  // The sum of its counts.
+  uint64_t raised() const;
+  // The worker process has exited; false when its pid was not known.
+  bool workerGone() const;
+
  private:
   SegmentArena& arena_;
   uint32_t* const counts_;
+  UniqueFd workerPidfd_;
+  void* mapping_ = nullptr;  // what map() mapped, unmapped with the table
 };
 
 }  // namespace esi

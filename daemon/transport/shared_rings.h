@@ -28,7 +28,7 @@ class SharedRings {
   esi_ring_t& requests() { return requests_; }    // we consume
   esi_ring_t& responses() { return responses_; }  // we produce
   // The connection's pin table (ESI_PIN_SLOTS counts) after the rings.
-  uint32_t* pins() { return esi_shm_pins(static_cast<uint8_t*>(map_), ringSize_); }
+  uint64_t pinsOffset() const { return esi_shm_pins_offset(ringSize_); }
 
   void wakeWorker();
   // Makes our own eventfd readable: serve again on the loop's next turn.

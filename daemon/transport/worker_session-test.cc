@@ -82,7 +82,8 @@ class TestWorker {
     esi_ring_attach(&toDaemon, &header->to_daemon, base, header->ring_size);
     esi_ring_attach(&toWorker, &header->to_worker, base + header->ring_size,
                     header->ring_size);
-    pins = esi_shm_pins(static_cast<uint8_t*>(map), header->ring_size);
+    pins = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(map) +
+                                       esi_shm_pins_offset(header->ring_size));
   }
   TestWorker(const TestWorker&) = delete;
   TestWorker& operator=(const TestWorker&) = delete;

@@ -125,6 +125,15 @@ std::optional<RequestValues> requestValues(wire::RequestVars::Reader vars) {
                        textOf(vars.getQueryString()),    textOf(vars.getCookies())};
 }
 
+// The worker at the other end, for its pin table to outlive the session
+// only while it lives; 0 when the kernel does not say.
+pid_t peerPid(int socketFd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(socketFd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
+  return cred.pid;
+}
+
 }  // namespace
 
 WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
@@ -132,7 +141,9 @@ WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
                              PlanStore& plans, SegmentArena& arena, FatalHandler onFatal)
     : socketFd_(socketFd), stats_(stats), purger_(purger), orders_(orders), plans_(plans),
       arena_(arena), onFatal_(std::move(onFatal)),
-      rings_(ringSize), pins_(arena, rings_.pins()), poll_(new uv_poll_t),
+      rings_(ringSize),
+      pins_(PinTable::map(arena, rings_.memfd(), rings_.pinsOffset(), peerPid(socketFd))),
+      poll_(new uv_poll_t),
       firstSegment_(kj::heapArray<capnp::word>(kFirstSegmentWords)) {
   // MallocMessageBuilder takes it zeroed, and zeroes what it used again.
   std::memset(firstSegment_.begin(), 0, firstSegment_.size() * sizeof(capnp::word));
@@ -152,6 +163,8 @@ WorkerSession::~WorkerSession() {
   if (!reportsDrained_) {
     for (const std::string& zone : zones_) purger_.connectionEnded(zone);
   }
+  // Requests of the worker may still be sending segments it pinned.
+  arena_.retire(std::move(pins_));
 }
 
 bool WorkerSession::start() {
@@ -517,7 +530,7 @@ bool WorkerSession::sendPlan(uint32_t id, const Plan& plan, const PageAddress& p
   if (named) {
     // Before the worker can read the plan: from here until it lowers the
     // count, the extent stays as it is even if the plan goes.
-    pins_.pin(plan.lease.slot());
+    pins_->pin(plan.lease.slot());
     ++stats_.stitched;
   }
   send(message);

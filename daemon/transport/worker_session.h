@@ -104,7 +104,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   SegmentArena& arena_;
   FatalHandler onFatal_;
   SharedRings rings_;
-  PinTable pins_;  // in rings_' memory: goes first
+  // In a mapping of its own: retired to the arena when the session ends.
+  std::unique_ptr<PinTable> pins_;
   uv_poll_t* poll_;
   bool stopped_ = false;
   std::unordered_map<uint32_t, StreamEntry> streams_;

@@ -73,14 +73,15 @@ esi_shm_size(uint32_t ring_size)
 
 
 /*
- * The pin table: one count per slot of esid's segment arena, which esid
- * raises before it names a slot's segments in a plan and the worker lowers
- * once it no longer sends them.  It dies with the connection.
+ * Where the pin table starts (page aligned): one count per slot of esid's
+ * segment arena, which esid raises before it names a slot's segments in a
+ * plan and the worker lowers once it no longer sends them.  Each side maps
+ * it apart from the rings, so that it can outlive the connection.
  */
-static inline uint32_t *
-esi_shm_pins(uint8_t *shm, uint32_t ring_size)
+static inline size_t
+esi_shm_pins_offset(uint32_t ring_size)
 {
-    return (uint32_t *) (shm + ESI_SHM_HEADER_SIZE + 2 * (size_t) ring_size);
+    return ESI_SHM_HEADER_SIZE + 2 * (size_t) ring_size;
 }
 
 

@@ -93,7 +93,7 @@ http {
 @@HTTP@@
 
     server {
-        listen 127.0.0.1:@@PORT@@;
+        listen 127.0.0.1:@@PORT@@@@LISTEN@@;
         server_name localhost;
 
 @@SERVER@@
@@ -250,6 +250,7 @@ class EsiTestCase(unittest.TestCase):
     LOCATION = ""           # extra directives in location / {}
     FRAGMENT_LOCATION = ""  # extra directives in location /esi/ {}
     LOCATIONS = ""          # extra location blocks
+    LISTEN = ""             # extra parameters of the listen directive
     ESID = True             # start esid before nginx
     ESID_ARGS = ("--log-level", "debug")
 
@@ -270,6 +271,7 @@ class EsiTestCase(unittest.TestCase):
         self.nginx = None
         self.port = None
         self.origin = Origin(os.path.join(self.tmp, "origin.log"))
+        self.killed = set()     # pids of workers the test killed itself
         self.addCleanup(self._teardown)
 
     def run(self, result=None):
@@ -309,7 +311,8 @@ class EsiTestCase(unittest.TestCase):
         problems = []
         log = _read(os.path.join(self.tmp, "error.log"))
         for line in log.splitlines():
-            if CRASH_RE.search(line) or SANITIZER_RE.search(line):
+            if (CRASH_RE.search(line) or SANITIZER_RE.search(line)) \
+                    and not self._killed_by_test(line):
                 problems.append("error.log: " + line)
         for proc in self.processes:
             for line in proc.stderr().splitlines():
@@ -380,6 +383,7 @@ class EsiTestCase(unittest.TestCase):
             "LOCATION": self.LOCATION,
             "FRAGMENT_LOCATION": self.FRAGMENT_LOCATION,
             "LOCATIONS": self.LOCATIONS,
+            "LISTEN": self.LISTEN,
         }
         values = {
             "USER": "user root;" if os.geteuid() == 0 else "",
@@ -475,7 +479,17 @@ class EsiTestCase(unittest.TestCase):
 
     def _crash_lines(self):
         return [line for line in self.error_log().splitlines()
-                if "exited on signal" in line]
+                if "exited on signal" in line
+                and not self._killed_by_test(line)]
+
+    def _killed_by_test(self, line):
+        return any("worker process %d exited on signal 9" % pid in line
+                   for pid in self.killed)
+
+    def kill_worker(self, pid):
+        """SIGKILL a worker; the master's report of it is no crash."""
+        self.killed.add(pid)
+        os.kill(pid, signal.SIGKILL)
 
     def get(self, path, headers=None):
         """GET that must complete: returns (status, headers, body)."""

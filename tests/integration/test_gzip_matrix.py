@@ -6,6 +6,7 @@ Every gzip response is read back through Python's gzip module.
 """
 
 import gzip
+import hashlib
 import socketserver
 import threading
 import time
@@ -317,6 +318,30 @@ class InflateFlowControlTest(EsiTestCase):
         self.assertIn("is larger than esi_max_page_size", self.error_log())
         growth = max(peak_rss_kib(pid) - kib for pid, kib in before.items())
         self.assertLess(growth, self.GROWTH_KIB)
+
+
+class SmallSendBufferTest(EsiTestCase):
+    """A send buffer far smaller than the gzipped page: the gzip filter
+    holds output while the socket is full, and goes on only when the
+    writer's call comes through ESI, even when ESI itself holds nothing
+    (it did not: the response hung)."""
+    LISTEN = " sndbuf=16k"
+    LOCATION = GZIP_OUT
+
+    def test_a_large_page_goes_out_whole(self):
+        text, h = [], b"seed"
+        for _ in range(30000):
+            h = hashlib.sha256(h).digest()
+            text.append(h.hex())
+        page = "\n".join(text) + '<esi:include src="/esi/frag"/>'
+        self.origin.route("/big", page)
+        self.origin.route("/esi/frag", FRAGMENT)
+        for status in ("MISS", "HIT"):
+            code, headers, body = self.get("/big", {"Accept-Encoding": "gzip"})
+            self.assertEqual(headers.get("X-Cache-Status"), status)
+            self.assertEqual(gzip.decompress(body).decode(),
+                             page.replace('<esi:include src="/esi/frag"/>',
+                                          FRAGMENT))
 
 
 class SmallInflateBufferTest(EsiTestCase):

@@ -9,7 +9,7 @@ import json
 import socket
 import zlib
 
-from harness import EsiTestCase
+from harness import EsiTestCase, poll
 from test_plan import PlanTestCase
 
 GZIP = {"Accept-Encoding": "gzip"}
@@ -240,6 +240,100 @@ class StitchEvictionTest(StitchTestCase):
         zone = self.zone_json("plans")
         self.assertLessEqual(zone["bytes"], 64 * 1024)
         self.assertGreater(zone["evictions"], 0)
+
+
+class SlowClient:
+    """A gzip request whose reader stops after the headers: the worker
+    is left sending the response."""
+
+    def __init__(self, port, path):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.sendall(b"GET %s HTTP/1.1\r\nHost: localhost\r\n"
+                          b"Accept-Encoding: gzip\r\nConnection: close"
+                          b"\r\n\r\n" % path.encode())
+        self.data = self.sock.recv(1024)
+
+    def read_all(self):
+        while True:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                break
+            self.data += chunk
+        self.sock.close()
+        head, _, body = self.data.partition(b"\r\n\r\n")
+        assert b"Transfer-Encoding: chunked" in head, head
+        return dechunk(body)
+
+
+def dechunk(data):
+    out = b""
+    while True:
+        size, _, rest = data.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            return out
+        out += rest[:n]
+        data = rest[n + 2:]
+
+
+class StitchPinTest(StitchTestCase):
+    """A segment a worker is sending is never reused, also after its plan
+    is evicted and the arena is short of room; a worker killed mid-send
+    lets go of it."""
+
+    HTTP = "esi_plan_zone plans:2m;"
+    ESID_ARGS = ("--log-level", "debug", "--segment-arena", "4M")
+    LISTEN = " sndbuf=16k"      # a send buffer that cannot take it all
+    BIG = (400000, 500000, 1000000, 200, 200)     # ~1 MB of gzip
+
+    def pins(self):
+        return self.stats_json()["segment_pins"]
+
+    def hold(self, path):
+        client = SlowClient(self.port, path)
+        self.assertTrue(poll(lambda: self.pins() == 1, bound=10.0),
+                        "the held request pins nothing")
+        return client
+
+    def test_a_segment_being_sent_is_never_reused(self):
+        first = page(runs_of("big0", self.BIG))
+        self.warm("/big0", first)
+        held = self.hold("/big0")
+        # each plan evicts the one before it (the zone holds one), and
+        # the arena, first fit, would give the next one the first's room
+        for i in range(1, 5):
+            body = page(runs_of("big%d" % i, self.BIG))
+            self.warm("/big%d" % i, body)
+        stats = self.stats_json()
+        self.assertEqual(stats["segment_pins"], 1)
+        self.assertGreaterEqual(stats["segment_quarantined_extents"], 1)
+        self.assertEqual(gunzip(held.read_all()), assembled(first).encode())
+        self.assertTrue(poll(lambda: self.pins() == 0, bound=10.0))
+
+    def test_pins_go_when_the_requests_end(self):
+        body = page(runs_of("p", self.BIG))
+        self.warm("/p", body)
+        for _ in range(3):
+            self.assertEqual(gunzip(self.gz("/p")), assembled(body).encode())
+        self.assertTrue(poll(lambda: self.pins() == 0, bound=10.0))
+        self.assertEqual(self.stats_json()["stitched"], 3)
+
+    def test_a_worker_killed_mid_send_lets_go_of_its_pins(self):
+        body = page(runs_of("k", self.BIG))
+        self.warm("/k", body)
+        held = self.hold("/k")
+        [worker] = self.worker_pids()
+        self.kill_worker(worker)
+        self.assertTrue(poll(lambda: self.pins() == 0, bound=10.0),
+                        "a dead worker still pins its segments")
+        held.sock.close()
+        self.assertEqual(self.stats_json()["segment_retired_pin_tables"], 0)
+        # its replacement is served from the same segments
+        raw = self.gz("/k")
+        self.assertEqual(gunzip(raw), assembled(body).encode())
+        self.assertStitched(raw, runs_of("k", self.BIG))
 
 
 class StitchClientTest(StitchTestCase):
