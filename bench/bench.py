@@ -701,12 +701,14 @@ class Bench:
 
         # The same with plans and gzip stitching: cached runs go out as the
         # segments esid deflated once; fragments are deflated live.
+        # (a zone of its own: the plans arm's would answer its hits, same
+        # keys, same Dates, with plans recorded without segments)
         http = target_http("esistitch", "/esi/",
-                           "            esi on;\n            esi_plan plans;\n"
+                           "            esi on;\n            esi_plan stitched;\n"
                            "            esi_stitch on;",
                            "    esi_daemon unix:%s;\n"
                            "    esi_cookies user theme;\n"
-                           "    esi_plan_zone plans:64m;" % sock,
+                           "    esi_plan_zone stitched:64m;" % sock,
                            "$esi_status")
         proc, port = self.nginx("esistitch", http, "load_module %s;" % module)
         self.targets["esistitch"] = Target("esistitch", port, [proc, esid])
@@ -1496,6 +1498,13 @@ def main():
             if planned < expected:
                 log("the plan arms replayed %d plans, expected at least %d" % (
                     planned, expected))
+                failed += 1
+            # ... and the stitch arm's named its segments.
+            stitched = bench.esid_stats()["stitched"]
+            log("stitched hits: %d" % stitched)
+            if stitched < len(rows):
+                log("the stitch arm sent %d plans with segments, expected at "
+                    "least %d" % (stitched, len(rows)))
                 failed += 1
             for name, t in targets.items():
                 if not t.alive():
