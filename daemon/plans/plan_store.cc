@@ -213,6 +213,7 @@ void Plan::evaluate(const PageAddress& page, const RequestValues& values,
     --i;
     const PlanCheck& check = checks[span->check];
     std::string text;
+    text.reserve(check.bytes.size());  // about its size: values replace references
     for (const Instruction& part : parts) {
       if (const auto* run = std::get_if<VerbatimRun>(&part)) {
         text.append(check.bytes, run->offset - check.offset, run->length);
