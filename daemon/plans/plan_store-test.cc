@@ -190,7 +190,7 @@ std::string workerRefuses(const std::vector<PlanStep>& steps, uint64_t length) {
       checked = false;
     } else if (const auto* check = std::get_if<PlanCheck>(&step)) {
       if (check->offset != pos || check->bytes.empty() ||
-          check->bytes.size() > PlanCheck::kMaxBytes || check->bytes.size() > length - pos) {
+          check->bytes.size() > PlanCheck::kMaxSpanBytes || check->bytes.size() > length - pos) {
         return "check " + describe(step) + " at " + std::to_string(pos);
       }
       checked = true;
@@ -236,6 +236,41 @@ std::vector<std::string> described(const std::vector<Instruction>& instructions)
     std::visit([&](const auto& i) { out.push_back(describe(PlanStep(i))); }, instruction);
   }
   return out;
+}
+
+// What the client gets: the body's bytes and the literals, in order, with
+// includes and try markers written in as [I(path)], [T+] and so on.  Unlike
+// the steps, it does not tell a run from a literal of the same bytes.
+template <typename Step>
+std::string rendered(std::string_view body, const std::vector<Step>& steps) {
+  std::string out;
+  for (const Step& step : steps) {
+    std::visit(
+        [&](const auto& s) {
+          using T = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<T, VerbatimRun>) {
+            out += body.substr(s.offset, s.length);
+          } else if constexpr (std::is_same_v<T, LiteralText>) {
+            out += s.bytes;
+          } else if constexpr (!std::is_same_v<T, PlanCheck>) {
+            out += "[" + describe(PlanStep(s)) + "]";
+          }
+        },
+        step);
+  }
+  return out;
+}
+
+// The bytes the plan's checks compare, and the first that differs from the
+// body's there (the offset of its check), or nullopt.
+std::optional<uint64_t> failingCheck(const std::vector<PlanStep>& steps, std::string_view body) {
+  for (const PlanStep& step : steps) {
+    const auto* check = std::get_if<PlanCheck>(&step);
+    if (check != nullptr && body.substr(check->offset, check->bytes.size()) != check->bytes) {
+      return check->offset;
+    }
+  }
+  return std::nullopt;
 }
 
 RequestValues withCookie(std::string cookie) {
@@ -310,9 +345,159 @@ TEST(PlanEvaluation, EveryEvaluationIsAcceptedByTheWorkerAndMatchesAParse) {
       SCOPED_TRACE(request.cookies);
       const std::vector<PlanStep> steps = evaluate(*recorded.plan, request);
       ASSERT_EQ(workerRefuses(steps, body.size()), "");
-      ASSERT_EQ(withoutChecks(steps), described(parse(body, request).instructions));
+      ASSERT_EQ(rendered(body, steps), rendered(body, parse(body, request).instructions));
     }
   }
+}
+
+// --- Spans: constructs that go out as one literal -----------------------------
+
+const std::string kVarsBlock =
+    "<esi:vars><ul><li>$(HTTP_COOKIE{user})</li><li>$(QUERY_STRING{q}|none)</li>"
+    "<li>$(HTTP_HOST)</li><li>$(HTTP_COOKIE{theme}|'light')</li></ul></esi:vars>";
+
+RequestValues request(std::string cookie, std::string query, std::string host) {
+  RequestValues values;
+  values.cookies = std::move(cookie);
+  values.queryString = std::move(query);
+  values.host = std::move(host);
+  return values;
+}
+
+TEST(PlanSpans, ShortVarsBlockGoesOutAsOneLiteralTheSameAsAParse) {
+  const std::string head(200, 'h'), tail(200, 't');
+  const std::string body = head + kVarsBlock + tail;
+  const Parsed recorded = parse(body, {});
+  ASSERT_TRUE(recorded.plan);
+  const std::vector<RequestValues> requests = {
+      {}, request("user=alice; theme=dark", "q=shoes", "shop.example"),
+      request("user=bob", "", "b.example")};
+  for (const RequestValues& values : requests) {
+    const std::vector<PlanStep> steps = evaluate(*recorded.plan, values);
+    ASSERT_EQ(steps.size(), 4u);
+    EXPECT_EQ(describe(steps[0]), "V(0,200)");
+    EXPECT_EQ(describe(steps[1]), "C(200," + kVarsBlock + ")");
+    ASSERT_TRUE(std::holds_alternative<LiteralText>(steps[2]));
+    EXPECT_EQ(describe(steps[3]), "V(" + std::to_string(200 + kVarsBlock.size()) + ",200)");
+    EXPECT_EQ(workerRefuses(steps, body.size()), "");
+    EXPECT_EQ(rendered(body, steps), rendered(body, parse(body, values).instructions));
+  }
+  EXPECT_EQ(std::get<LiteralText>(evaluate(*recorded.plan, requests[1])[2]).bytes,
+            "<ul><li>alice</li><li>shoes</li><li>shop.example</li><li>dark</li></ul>");
+}
+
+TEST(PlanSpans, HostileValuesAreEscapedAsAParseEscapesThem) {
+  const std::string body = "<p>" + kVarsBlock + "</p>";
+  const Parsed recorded = parse(body, {});
+  ASSERT_TRUE(recorded.plan);
+  const std::vector<RequestValues> requests = {
+      request("user=</esi:vars><esi:include src=\"/x\"/>; theme='\"&amp;", "q=$(HTTP_HOST)",
+              "h\r\n<b>"),
+      request("user=a\r\nSet-Cookie: x=1; theme=<script>", "q=%3C%2Fesi%3Avars%3E&q=2",
+              "\"quoted\""),
+      request("user=$(QUERY_STRING{q})", "q=</li></ul>", "x")};
+  for (const RequestValues& values : requests) {
+    SCOPED_TRACE(values.cookies);
+    const std::vector<PlanStep> steps = evaluate(*recorded.plan, values);
+    ASSERT_EQ(steps.size(), 4u);
+    ASSERT_TRUE(std::holds_alternative<LiteralText>(steps[2]));
+    const std::string& literal = std::get<LiteralText>(steps[2]).bytes;
+    EXPECT_EQ("<p>" + literal + "</p>", rendered(body, parse(body, values).instructions));
+  }
+}
+
+TEST(PlanSpans, BlockLongerThanACheckGoesOutInPiecesEachCheckedWhole) {
+  std::string block = "<esi:vars><ul>";
+  for (int i = 0; i < 60; ++i) block += "<li>" + std::to_string(i) + " $(HTTP_HOST)</li>";
+  block += "</ul></esi:vars>";
+  ASSERT_GT(block.size(), PlanCheck::kMaxSpanBytes);
+  const std::string body = "a" + block + "z";
+  const Parsed recorded = parse(body, {});
+  ASSERT_TRUE(recorded.plan);
+  const RequestValues values = request("", "", "example.com");
+  const std::vector<PlanStep> steps = evaluate(*recorded.plan, values);
+  EXPECT_EQ(workerRefuses(steps, body.size()), "");
+  EXPECT_EQ(rendered(body, steps), rendered(body, parse(body, values).instructions));
+  // Every literal stands for bytes its check holds: from the check to the
+  // next run.
+  size_t literals = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!std::holds_alternative<LiteralText>(steps[i])) continue;
+    ++literals;
+    ASSERT_GE(i, 1u);
+    ASSERT_LT(i + 1, steps.size());
+    const auto& check = std::get<PlanCheck>(steps[i - 1]);
+    const auto& next = std::get<VerbatimRun>(steps[i + 1]);
+    EXPECT_EQ(check.offset + check.bytes.size(), next.offset);
+  }
+  EXPECT_GE(literals, 2u);
+  EXPECT_LT(steps.size(), 20u) << ::testing::PrintToString(describe(*recorded.plan, values));
+}
+
+TEST(PlanSpans, ABlockThatDiffersInsideIsCaughtAtItsStartAndParsedFromThere) {
+  const std::string head(200, 'h');
+  const std::string body = head + kVarsBlock + head;
+  std::string changed = body;
+  const size_t inner = body.find("<li>", 200) + 2;  // text between values
+  changed[inner] = 'o';
+  const Parsed recorded = parse(body, {});
+  ASSERT_TRUE(recorded.plan);
+  const RequestValues values = request("user=alice", "q=x", "example.com");
+  const std::vector<PlanStep> steps = evaluate(*recorded.plan, values);
+  // The worker stops at the block's check: what it replayed before, and
+  // the parse from there, are the changed page.
+  ASSERT_EQ(failingCheck(steps, changed), std::optional<uint64_t>(200));
+  const auto before = recorded.plan->stepsBefore(200);
+  ASSERT_TRUE(before);
+  Stats stats;
+  Stream stream(kPage.uri, kPage.authority, stats, 200);
+  stream.setRequestValues(values);
+  ASSERT_TRUE(stream.resumeInside(*before));
+  stream.feed(std::string_view(changed).substr(200));
+  stream.finish();
+  EXPECT_EQ(head + rendered(changed, stream.takeInstructions()),
+            rendered(changed, parse(changed, values).instructions));
+  EXPECT_NE(rendered(changed, parse(changed, values).instructions),
+            rendered(body, parse(body, values).instructions));
+}
+
+TEST(PlanSpans, ShortChooseGoesOutAsItsChosenBranch) {
+  const std::string choose =
+      "<esi:choose><esi:when test=\"$(HTTP_COOKIE{theme}) == 'dark'\"><p>dark</p></esi:when>"
+      "<esi:otherwise><p>light</p></esi:otherwise></esi:choose>";
+  const std::string body = std::string(150, '.') + choose + std::string(150, '.');
+  const Parsed recorded = parse(body, {});
+  ASSERT_TRUE(recorded.plan);
+  EXPECT_EQ(describe(*recorded.plan, withCookie("theme=dark")),
+            (std::vector<std::string>{"V(0,150)", "C(150," + choose + ")", "L(<p>dark</p>)",
+                                      "V(" + std::to_string(150 + choose.size()) + ",150)"}));
+  EXPECT_EQ(describe(*recorded.plan)[2], "L(<p>light</p>)");
+}
+
+TEST(PlanSpans, ConstructsWithIncludesOrTriesOrLongRunsAreNoSpans) {
+  const std::string run(SegmentArena::kMinRunBytes, 'r');
+  for (const std::string& construct : std::vector<std::string>{
+           "<esi:vars>$(HTTP_HOST)<esi:include src=\"/a\"/>$(HTTP_HOST)</esi:vars>",
+        "<esi:try><esi:attempt>a</esi:attempt><esi:except>b</esi:except></esi:try>",
+        "<esi:vars>$(HTTP_HOST)" + run + "$(HTTP_HOST)</esi:vars>"}) {
+    SCOPED_TRACE(construct);
+    const std::string body = "." + construct + ".";
+    const Parsed recorded = parse(body, {});
+    ASSERT_TRUE(recorded.plan);
+    EXPECT_TRUE(recorded.plan->spans.empty());
+    EXPECT_EQ(rendered(body, evaluate(*recorded.plan, {})),
+              rendered(body, parse(body, {}).instructions));
+  }
+}
+
+TEST(PlanSpans, OneValueAloneKeepsItsCheckAndLiteral) {
+  const std::string body = "a<esi:vars>$(HTTP_HOST)</esi:vars>b";
+  const Parsed recorded = parse(body, {});
+  ASSERT_TRUE(recorded.plan);
+  EXPECT_TRUE(recorded.plan->spans.empty());
+  EXPECT_EQ(describe(*recorded.plan, request("", "", "h")),
+            (std::vector<std::string>{"V(0,1)", "C(1,<esi:vars>$(HTTP_HOST)</esi:vars>)", "L(h)",
+                                      "V(34,1)"}));
 }
 
 // --- ObjectId -----------------------------------------------------------------

@@ -35,6 +35,75 @@ std::string keyToHex(const std::array<uint8_t, 16>& key) {
   return out;
 }
 
+// Whether step may be in a span; depth counts the constructs the span has
+// opened and not closed.
+bool fitsSpan(const ProgramStep& step, int& depth) {
+  if (const auto* run = std::get_if<VerbatimRun>(&step)) {
+    return run->length < SegmentArena::kMinRunBytes;
+  }
+  if (std::holds_alternative<LiteralStep>(step)) return true;
+  if (const auto* open = std::get_if<BlockOpen>(&step)) {
+    if (open->block != Block::CHOOSE && open->block != Block::WHEN &&
+        open->block != Block::OTHERWISE) {
+      return false;
+    }
+    ++depth;
+    return true;
+  }
+  if (std::holds_alternative<BlockClose>(step)) return depth-- > 0;
+  return false;  // an include
+}
+
+// The longest span from program[from], whose bytes start at `start` (where
+// the run before it ends), if one is worth it: more than one run or value
+// (else it saves no step).  The runs are those of a valid plan.
+std::optional<PlanSpan> spanFrom(const std::vector<ProgramStep>& program, size_t from,
+                                 uint64_t start, uint64_t bodySize) {
+  const auto* first = from < program.size() ? std::get_if<VerbatimRun>(&program[from]) : nullptr;
+  if (first != nullptr && first->offset == start) return std::nullopt;  // no construct
+  std::optional<PlanSpan> longest;
+  int depth = 0;
+  size_t runs = 0, values = 0;
+  uint64_t last = start;  // where its last run ends
+  for (size_t i = from;; ++i) {
+    const auto* run = i < program.size() ? std::get_if<VerbatimRun>(&program[i]) : nullptr;
+    const bool atEnd = i == program.size();
+    if (run != nullptr || atEnd) {
+      const uint64_t end = atEnd ? bodySize : run->offset;
+      if (end - start > PlanCheck::kMaxSpanBytes) break;
+      // It may end where a run starts, or at the end of the body after a
+      // construct, outside its constructs.
+      if (i > from && depth == 0 && (run != nullptr || end > last) && (runs > 0 || values > 1)) {
+        longest = PlanSpan{from, i, 0};
+      }
+    }
+    if (atEnd || !fitsSpan(program[i], depth)) break;
+    if (run != nullptr) {
+      ++runs;
+      last = run->offset + run->length;
+    }
+    values += std::holds_alternative<LiteralStep>(program[i]);
+  }
+  return longest;
+}
+
+// Spans, each the longest from the first construct after the last.
+std::vector<PlanSpan> findSpans(const std::vector<ProgramStep>& program, uint64_t bodySize) {
+  std::vector<PlanSpan> spans;
+  for (size_t i = 0; i < program.size(); ++i) {
+    uint64_t start = 0;
+    if (i > 0) {
+      const auto* before = std::get_if<VerbatimRun>(&program[i - 1]);
+      if (before == nullptr || (!spans.empty() && i <= spans.back().to)) continue;
+      start = before->offset + before->length;
+    }
+    if (std::optional<PlanSpan> span = spanFrom(program, i, start, bodySize)) {
+      spans.push_back(*span);
+    }
+  }
+  return spans;
+}
+
 }  // namespace
 
 std::optional<ObjectId> ObjectId::fromWire(std::string_view bytes) {
@@ -63,6 +132,7 @@ size_t Plan::bytes() const {
   size_t total = kEntryOverhead + program.capacity() * sizeof(ProgramStep) +
                  checks.capacity() * sizeof(PlanCheck) +
                  checkBefore.capacity() * sizeof(size_t) +
+                 spans.capacity() * sizeof(PlanSpan) +
                  segments.capacity() * sizeof(Segment) + lease.bytes();
   for (const ProgramStep& step : program) {
     if (const auto* literal = std::get_if<LiteralStep>(&step)) {
@@ -124,26 +194,53 @@ void Plan::evaluate(const PageAddress& page, const RequestValues& values,
       }
     }
   };
+  auto span = spans.begin();
   for (size_t i = 0; i < program.size(); ++i) {
     keepChecksBefore(i);
-    evaluator.step(program[i], instructions);
-    if (!instructions.empty()) {
-      if (const auto* run = std::get_if<VerbatimRun>(&instructions.back())) {
-        covered = run->offset + run->length;
+    if (span == spans.end() || span->from != i) {
+      evaluator.step(program[i], instructions);
+      if (!instructions.empty()) {
+        if (const auto* run = std::get_if<VerbatimRun>(&instructions.back())) {
+          covered = run->offset + run->length;
+        }
+      }
+      continue;
+    }
+    // Evaluated as ever, then joined: its runs are its check's bytes.
+    std::vector<Instruction>& parts = out.span_;
+    parts.clear();
+    for (; i < span->to; ++i) evaluator.step(program[i], parts);
+    --i;
+    const PlanCheck& check = checks[span->check];
+    std::string text;
+    text.reserve(check.bytes.size());  // about its size: values replace references
+    for (const Instruction& part : parts) {
+      if (const auto* run = std::get_if<VerbatimRun>(&part)) {
+        text.append(check.bytes, run->offset - check.offset, run->length);
+      } else {
+        text += std::get<LiteralText>(part).bytes;  // a span has no include or try
       }
     }
+    if (!text.empty()) instructions.emplace_back(LiteralText{std::move(text)});
+    ++span;
   }
   keepChecksBefore(program.size());
 }
 
 std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
                               std::string_view body) {
-  Plan plan;
+  // The gaps between verbatim runs: bytes [start, end), program[from] the
+  // first step after the run that ends at start.
+  struct Gap {
+    uint64_t start, end;
+    size_t from;
+  };
+  std::vector<Gap> gaps;
   uint64_t pos = 0;  // end of the previous verbatim run
-  // The check for the gap after `pos`, whose end is the next verbatim run at
-  // or after program[from] (or the end of the body).  False when that run
-  // starts before `pos`.
-  auto checkGap = [&](size_t from) {
+  // The gap after `pos`, whose end is the next verbatim run at or after
+  // program[from] (or the end of the body).  False when that run starts
+  // before `pos`.
+  auto gapAfter = [&](size_t from) {
     uint64_t end = body.size();
     for (size_t i = from; i < program.size(); ++i) {
       if (const auto* run = std::get_if<VerbatimRun>(&program[i])) {
@@ -152,23 +249,39 @@ std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
       }
     }
     if (end < pos || end > body.size()) return false;
-    if (end > pos) {
-      const size_t length = std::min<uint64_t>(end - pos, PlanCheck::kMaxBytes);
-      plan.checks.push_back(PlanCheck{pos, std::string(body.substr(pos, length))});
-      plan.checkBefore.push_back(from);
-    }
+    if (end > pos) gaps.push_back(Gap{pos, end, from});
     return true;
   };
 
-  if (!checkGap(0)) return std::nullopt;
+  if (!gapAfter(0)) return std::nullopt;
   for (size_t i = 0; i < program.size(); ++i) {
     if (const auto* run = std::get_if<VerbatimRun>(&program[i])) {
-      // checkGap() already saw that the run starts within the body, not
+      // gapAfter() already saw that the run starts within the body, not
       // before `pos`.
       if (run->length > body.size() - run->offset) return std::nullopt;
       pos = run->offset + run->length;
-      if (!checkGap(i + 1)) return std::nullopt;
+      if (!gapAfter(i + 1)) return std::nullopt;
     }
+  }
+
+  Plan plan;
+  plan.spans = findSpans(program, body.size());
+  auto span = plan.spans.begin();
+  for (const Gap& gap : gaps) {
+    while (span != plan.spans.end() && span->to < gap.from) ++span;
+    uint64_t end = gap.start + std::min<uint64_t>(gap.end - gap.start, PlanCheck::kMaxBytes);
+    if (span != plan.spans.end() && span->from == gap.from) {
+      // Its first gap: the check holds all of it.
+      const auto* after = span->to < program.size()
+                              ? std::get_if<VerbatimRun>(&program[span->to])
+                              : nullptr;
+      end = after != nullptr ? after->offset : body.size();
+      span->check = plan.checks.size();
+    } else if (span != plan.spans.end() && span->from < gap.from) {
+      continue;  // inside it
+    }
+    plan.checks.push_back(PlanCheck{gap.start, std::string(body.substr(gap.start, end - gap.start))});
+    plan.checkBefore.push_back(gap.from);
   }
   plan.program = std::move(program);
   plan.length = body.size();

@@ -9,7 +9,11 @@
 // the worker compares with the bytes that actually arrive before it trusts
 // the plan any further.  Evaluated, a plan skips what the request does not
 // choose; each such gap starts at a construct, so it starts with a check
-// (evaluate() keeps the checks that start a gap and drops the others).  The
+// (evaluate() keeps the checks that start a gap and drops the others).
+// Where constructs without includes or tries (<esi:vars> blocks, chooses)
+// and the short runs between them fit one check whole, the plan goes out
+// as one literal there (PlanSpan): the check then covers every byte that
+// literal stands for.  The
 // store is keyed on the object's identity (cache key MD5, Date, size, header
 // size); two objects can agree on all four, which is why replay never
 // trusts the key alone.  Each zone (esi_plan_zone) has a byte budget; the
@@ -62,11 +66,25 @@ struct ObjectIdHash {
   size_t operator()(const ObjectId& id) const noexcept;
 };
 
-// The first bytes of a construct, as recorded.
+// The first bytes of a construct, as recorded (at most kMaxBytes), or the
+// whole of a span (at most kMaxSpanBytes).
 struct PlanCheck {
   static constexpr size_t kMaxBytes = 256;
+  static constexpr size_t kMaxSpanBytes = 1024;
   uint64_t offset = 0;
   std::string bytes;
+};
+
+// Program steps that a plan evaluates to one literal: from a construct's
+// start to the start of a verbatim run, only values, runs shorter than a
+// segment's (SegmentArena::kMinRunBytes) and choose, when and otherwise
+// constructs, balanced; at most PlanCheck::kMaxSpanBytes of the body, all
+// of them in its check.  Its runs go out as the check's bytes, copied with
+// the values between them.
+struct PlanSpan {
+  size_t from = 0;  // program[from, to)
+  size_t to = 0;
+  size_t check = 0;  // checks[check] is the span's bytes
 };
 
 // One request's evaluation of a plan: what the worker replays
@@ -95,6 +113,7 @@ class PlanEvaluation {
   std::vector<Instruction> instructions_;
   // Each check that starts a gap: before instructions_[first].
   std::vector<std::pair<size_t, const PlanCheck*>> checks_;
+  std::vector<Instruction> span_;  // one span's, before they are joined
 };
 
 struct Plan {
@@ -103,6 +122,8 @@ struct Plan {
   // ascending.
   std::vector<PlanCheck> checks;
   std::vector<size_t> checkBefore;
+  // Ascending, apart; no check lies inside one.
+  std::vector<PlanSpan> spans;
   uint64_t length = 0;  // body bytes the plan describes
   // esi_stitch: the segments of the verbatim runs of at least
   // SegmentArena::kMinRunBytes, ascending, in the extent the lease holds.
@@ -133,8 +154,10 @@ struct Plan {
 // The plan of a whole body from the program its parse produced and the body
 // itself: a check goes before each gap between the program's verbatim runs
 // (a construct, or several), holding its first bytes (at most
-// PlanCheck::kMaxBytes).  Nullopt when the program does not fit the body (a
-// verbatim run going backwards or past its end): nothing to record.
+// PlanCheck::kMaxBytes), and before each span (see PlanSpan, the longest
+// from each construct on), holding all of it; the gaps inside a span have
+// none.  Nullopt when the program does not fit the body (a verbatim run
+// going backwards or past its end): nothing to record.
 std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
                               std::string_view body);
 

@@ -500,6 +500,29 @@ class PlannedLanguageTest(PlanTestCase):
             self.assertEqual(body, (expected + filler).encode(), headers)
         self.assertEqual(self.counters()[0], before + len(cases))
 
+    def test_a_vars_block_that_differs_inside_drops_the_plan_at_its_start(
+            self):
+        # the block goes out as one literal made by esid: its check holds
+        # all of it, text between the values included
+        block = ("<esi:vars><ul><li>$(HTTP_COOKIE{user}|anon)</li>"
+                 "<li>$(HTTP_COOKIE{group}|none)</li></ul></esi:vars>")
+        filler = "<p>" + "filler " * 50 + "</p>"
+        self.origin.route("/p", filler + block + filler)
+        cookie = {"Cookie": "user=<ann>; group=a&b"}
+        out = "<ul><li>&lt;ann&gt;</li><li>a&amp;b</li></ul>"
+        self.hit("/p", filler + "<ul><li>anon</li><li>none</li></ul>" + filler,
+                 "MISS")
+        self.hit("/p", filler + "<ul><li>anon</li><li>none</li></ul>" + filler)
+        status, _, body = self.get("/p", cookie)
+        self.assertEqual(body, (filler + out + filler).encode())
+        self.assertEqual(self.counters()[0], 1)
+        self.rewrite_cached_body("</li><li>", "</li><lo>")
+        status, _, body = self.get("/p", cookie)
+        self.assertEqual(body, (filler + out.replace("</li><li>", "</li><lo>")
+                                + filler).encode())
+        self.assertTrue(poll(lambda: "plan dropped at byte %d: a construct "
+                             "differs" % len(filler) in self.error_log()))
+
     def test_a_plan_that_stops_matching_inside_a_try_falls_back(self):
         # the include is checked inside the attempt: esid cannot parse from
         # there, so the body passes through from where execution stood
