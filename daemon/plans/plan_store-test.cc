@@ -230,14 +230,6 @@ std::vector<std::string> withoutChecks(const std::vector<PlanStep>& steps) {
   return out;
 }
 
-std::vector<std::string> described(const std::vector<Instruction>& instructions) {
-  std::vector<std::string> out;
-  for (const Instruction& instruction : instructions) {
-    std::visit([&](const auto& i) { out.push_back(describe(PlanStep(i))); }, instruction);
-  }
-  return out;
-}
-
 // What the client gets: the body's bytes and the literals, in order, with
 // includes and try markers written in as [I(path)], [T+] and so on.  Unlike
 // the steps, it does not tell a run from a literal of the same bytes.
