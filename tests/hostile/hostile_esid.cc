@@ -15,6 +15,7 @@
 //   truncated-capnp      a record whose Cap'n Proto message is cut a word short
 //   shrunken-memfd       a Welcome whose sealed memfd is half the rings' size
 //   unsealed-memfd       a Welcome whose memfd is not sealed
+//   writable-arena       a Welcome whose segment arena a worker could write
 //   garbage-ring         a published ring index no ring can have
 //   silent               a Welcome, then never a word: nothing is read
 //   injecting-include    an include whose args hold CR LF and a header line
@@ -77,6 +78,7 @@ enum class Mode {
   kTruncatedCapnp,
   kShrunkenMemfd,
   kUnsealedMemfd,
+  kWritableArena,
   kGarbageRing,
   kSilent,
   kInjectingInclude,
@@ -110,6 +112,7 @@ constexpr ModeName kModes[] = {
     {"truncated-capnp", Mode::kTruncatedCapnp},
     {"shrunken-memfd", Mode::kShrunkenMemfd},
     {"unsealed-memfd", Mode::kUnsealedMemfd},
+    {"writable-arena", Mode::kWritableArena},
     {"garbage-ring", Mode::kGarbageRing},
     {"silent", Mode::kSilent},
     {"injecting-include", Mode::kInjectingInclude},
@@ -282,7 +285,16 @@ bool Connection::sendWelcome(const int (&rings)[3]) {
   welcome.setArenaSize(arena_.size());
   kj::Array<capnp::word> bytes = capnp::messageToFlatArray(message);
 
-  const int fds[4] = {rings[0], rings[1], rings[2], arena_.memfd()};
+  // The arena's size, but not sealed against writes.
+  UniqueFd writable;
+  if (options_.mode == Mode::kWritableArena) {
+    writable.reset(memfd_create("hostile-arena", MFD_CLOEXEC));
+    if (!writable || ftruncate(writable.get(), static_cast<off_t>(arena_.size())) != 0) {
+      return false;
+    }
+  }
+  const int fds[4] = {rings[0], rings[1], rings[2],
+                      writable ? writable.get() : arena_.memfd()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
   iovec iov{bytes.begin(), bytes.size() * sizeof(capnp::word)};
   msghdr msg{};
@@ -442,6 +454,7 @@ void Connection::misbehave(uint32_t id, Stream& stream, bool last) {
     case Mode::kTry:
     case Mode::kShrunkenMemfd:
     case Mode::kUnsealedMemfd:
+    case Mode::kWritableArena:
     case Mode::kSilent:
       return;
   }

@@ -128,6 +128,11 @@ class UnsealedMemfdTest(ViolationChecks, HostileTestCase):
     REFUSAL = r"esi: the shared memory from esid is not sealed"
 
 
+class WritableArenaTest(ViolationChecks, HostileTestCase):
+    MODE = "writable-arena"
+    REFUSAL = r"esi: the segment arena from esid is not sealed"
+
+
 class GarbageRingTest(ViolationChecks, HostileTestCase):
     MODE = "garbage-ring"
     REFUSAL = r"esi: the ring from esid is corrupt"
