@@ -169,28 +169,18 @@ typedef struct {
 
 
 /*
- * esid's segment arena, mapped read-only.  A worker that reconnects maps
- * the new one and unmaps the old when its last request sending from it is
- * over.
+ * A mapping that requests may outlive the connection with: esid's segment
+ * arena (read-only), and the connection's pin table, mapped apart from the
+ * rings.  A request that pinned segments keeps both until it is over, also
+ * after the connection closed and the worker attached again (esid keeps
+ * counting the old table meanwhile).
  */
 
 typedef struct {
     u_char                    *start;
     size_t                     size;
     ngx_uint_t                 refs;        /* requests, and esi_daemon's */
-} ngx_http_esi_arena_t;
-
-
-/*
- * The connection's pin table, mapped apart from the rings: a request that
- * pinned segments lowers its count there when it is over, also after the
- * connection it came from has closed (esid keeps counting it meanwhile).
- */
-
-typedef struct {
-    uint32_t                  *counts;      /* ESI_PIN_SLOTS */
-    ngx_uint_t                 refs;        /* requests, and esi_daemon's */
-} ngx_http_esi_pins_t;
+} ngx_http_esi_mapping_t;
 
 
 typedef struct ngx_http_esi_held_s  ngx_http_esi_held_t;
@@ -311,8 +301,8 @@ typedef struct ngx_http_esi_ctx_s {
     off_t                      plan_length;
     off_t                      base;        /* first byte esid parses */
     ngx_uint_t                 includes;    /* issued, alt= not counted */
-    ngx_http_esi_arena_t      *arena;       /* the plan's segments are here */
-    ngx_http_esi_pins_t       *pins;        /* ... pinned in this table */
+    ngx_http_esi_mapping_t    *arena;       /* the plan's segments are here */
+    ngx_http_esi_mapping_t    *pins;        /* ... pinned in this table */
     uint32_t                   pin;         /* ... at this slot + 1 */
     off_t                      passed;      /* fallen: input a segment sent */
     off_t                      fragment_room; /* esi_max_fragment_size left */
@@ -446,8 +436,8 @@ typedef struct {
     size_t                     welcome_len;
     int                        fds[4];
     ngx_uint_t                 nfds;
-    ngx_http_esi_arena_t      *arena;
-    ngx_http_esi_pins_t       *pins;
+    ngx_http_esi_mapping_t    *arena;
+    ngx_http_esi_mapping_t    *pins;
 
     unsigned                   lost_reports:1;  /* since the last announce */
 } ngx_http_esi_daemon_t;
@@ -463,11 +453,12 @@ static ngx_int_t ngx_http_esi_read_welcome(ngx_http_esi_daemon_t *d);
 static ngx_int_t ngx_http_esi_attach(ngx_http_esi_daemon_t *d);
 static ngx_int_t ngx_http_esi_map_arena(ngx_http_esi_daemon_t *d,
     ngx_fd_t fd, uint64_t size);
-static void ngx_http_esi_unref_arena(ngx_http_esi_arena_t *arena);
+static ngx_http_esi_mapping_t *ngx_http_esi_map(ngx_http_esi_daemon_t *d,
+    ngx_fd_t fd, size_t size, off_t offset, int prot, const char *what);
+static void ngx_http_esi_unmap(ngx_http_esi_mapping_t *m);
 static ngx_int_t ngx_http_esi_map_pins(ngx_http_esi_daemon_t *d,
     ngx_fd_t fd, uint32_t ring_size);
-static void ngx_http_esi_unref_pins(ngx_http_esi_pins_t *pins);
-static void ngx_http_esi_unpin(ngx_http_esi_pins_t *pins, uint32_t pin);
+static void ngx_http_esi_unpin(ngx_http_esi_mapping_t *pins, uint32_t pin);
 static void ngx_http_esi_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
     const char *reason);
 static void ngx_http_esi_close(ngx_http_esi_daemon_t *d);
@@ -1484,10 +1475,8 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
 static ngx_int_t
 ngx_http_esi_map_arena(ngx_http_esi_daemon_t *d, ngx_fd_t fd, uint64_t size)
 {
-    int                    seals, need;
-    u_char                *start;
-    struct stat            st;
-    ngx_http_esi_arena_t  *arena;
+    int           seals, need;
+    struct stat   st;
 
     if (size == 0) {
         return NGX_OK;
@@ -1511,39 +1500,10 @@ ngx_http_esi_map_arena(ngx_http_esi_daemon_t *d, ngx_fd_t fd, uint64_t size)
         return NGX_ERROR;
     }
 
-    arena = ngx_alloc(sizeof(ngx_http_esi_arena_t), d->log);
-    if (arena == NULL) {
-        return NGX_ERROR;
-    }
+    d->arena = ngx_http_esi_map(d, fd, (size_t) size, 0, PROT_READ,
+                                "the segment arena");
 
-    start = mmap(NULL, (size_t) size, PROT_READ, MAP_SHARED, fd, 0);
-
-    if (start == MAP_FAILED) {
-        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
-                      "esi: mmap() of the segment arena failed");
-        ngx_free(arena);
-        return NGX_ERROR;
-    }
-
-    arena->start = start;
-    arena->size = (size_t) size;
-    arena->refs = 1;
-
-    d->arena = arena;
-
-    return NGX_OK;
-}
-
-
-static void
-ngx_http_esi_unref_arena(ngx_http_esi_arena_t *arena)
-{
-    if (--arena->refs) {
-        return;
-    }
-
-    munmap(arena->start, arena->size);
-    ngx_free(arena);
+    return d->arena ? NGX_OK : NGX_ERROR;
 }
 
 
@@ -1551,52 +1511,65 @@ static ngx_int_t
 ngx_http_esi_map_pins(ngx_http_esi_daemon_t *d, ngx_fd_t fd,
     uint32_t ring_size)
 {
-    u_char               *counts;
-    ngx_http_esi_pins_t  *pins;
+    d->pins = ngx_http_esi_map(d, fd, ESI_PIN_SLOTS * sizeof(uint32_t),
+                               (off_t) esi_shm_pins_offset(ring_size),
+                               PROT_READ|PROT_WRITE, "the pin table");
 
-    pins = ngx_alloc(sizeof(ngx_http_esi_pins_t), d->log);
-    if (pins == NULL) {
-        return NGX_ERROR;
+    return d->pins ? NGX_OK : NGX_ERROR;
+}
+
+
+static ngx_http_esi_mapping_t *
+ngx_http_esi_map(ngx_http_esi_daemon_t *d, ngx_fd_t fd, size_t size,
+    off_t offset, int prot, const char *what)
+{
+    u_char                  *start;
+    ngx_http_esi_mapping_t  *m;
+
+    m = ngx_alloc(sizeof(ngx_http_esi_mapping_t), d->log);
+    if (m == NULL) {
+        return NULL;
     }
 
-    counts = mmap(NULL, ESI_PIN_SLOTS * sizeof(uint32_t),
-                  PROT_READ|PROT_WRITE, MAP_SHARED, fd,
-                  (off_t) esi_shm_pins_offset(ring_size));
+    start = mmap(NULL, size, prot, MAP_SHARED, fd, offset);
 
-    if (counts == MAP_FAILED) {
+    if (start == MAP_FAILED) {
         ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
-                      "esi: mmap() of the pin table failed");
-        ngx_free(pins);
-        return NGX_ERROR;
+                      "esi: mmap() of %s failed", what);
+        ngx_free(m);
+        return NULL;
     }
 
-    pins->counts = (uint32_t *) counts;
-    pins->refs = 1;
+    m->start = start;
+    m->size = size;
+    m->refs = 1;
 
-    d->pins = pins;
-
-    return NGX_OK;
+    return m;
 }
 
 
 static void
-ngx_http_esi_unref_pins(ngx_http_esi_pins_t *pins)
+ngx_http_esi_unmap(ngx_http_esi_mapping_t *m)
 {
-    if (--pins->refs) {
+    if (--m->refs) {
         return;
     }
 
-    munmap(pins->counts, ESI_PIN_SLOTS * sizeof(uint32_t));
-    ngx_free(pins);
+    munmap(m->start, m->size);
+    ngx_free(m);
 }
 
 
 /* the request is over, or never used the plan: its pin goes */
 
 static void
-ngx_http_esi_unpin(ngx_http_esi_pins_t *pins, uint32_t pin)
+ngx_http_esi_unpin(ngx_http_esi_mapping_t *pins, uint32_t pin)
 {
-    (void) __atomic_fetch_sub(&pins->counts[pin - 1], 1, __ATOMIC_RELEASE);
+    uint32_t  *counts;
+
+    counts = (uint32_t *) pins->start;
+
+    (void) __atomic_fetch_sub(&counts[pin - 1], 1, __ATOMIC_RELEASE);
 }
 
 
@@ -1672,12 +1645,12 @@ ngx_http_esi_close(ngx_http_esi_daemon_t *d)
     }
 
     if (d->pins) {
-        ngx_http_esi_unref_pins(d->pins);
+        ngx_http_esi_unmap(d->pins);
         d->pins = NULL;
     }
 
     if (d->arena) {
-        ngx_http_esi_unref_arena(d->arena);
+        ngx_http_esi_unmap(d->arena);
         d->arena = NULL;
     }
 
@@ -2514,12 +2487,12 @@ static ngx_int_t
 ngx_http_esi_plan_segment(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *step,
     ngx_str_t *room, ngx_http_esi_step_t *out)
 {
-    size_t                 len;
-    uint32_t               zlen;
-    uint64_t               zoff;
-    const uint8_t         *head;
-    esi_wire_struct_t      seg;
-    ngx_http_esi_arena_t  *arena;
+    size_t                   len;
+    uint32_t                 zlen;
+    uint64_t                 zoff;
+    const uint8_t           *head;
+    esi_wire_struct_t        seg;
+    ngx_http_esi_mapping_t  *arena;
 
     if (esi_wire_get_struct(step, ESI_WIRE_PLAN_STEP_VERBATIM_SEGMENT_PTR,
                             &seg)
@@ -4647,12 +4620,12 @@ ngx_http_esi_cleanup(void *data)
 
     if (ctx->pins) {
         ngx_http_esi_unpin(ctx->pins, ctx->pin);
-        ngx_http_esi_unref_pins(ctx->pins);
+        ngx_http_esi_unmap(ctx->pins);
         ctx->pins = NULL;
     }
 
     if (ctx->arena) {
-        ngx_http_esi_unref_arena(ctx->arena);
+        ngx_http_esi_unmap(ctx->arena);
         ctx->arena = NULL;
     }
 

@@ -27,7 +27,6 @@
 
 typedef struct {
     z_stream                   zstream;
-    ngx_http_request_t        *request;
     ngx_uint_t                 level;
     uLong                      crc;
     uint32_t                   size;        /* plaintext bytes, mod 2^32 */
@@ -143,7 +142,6 @@ ngx_http_esi_stitch_start(ngx_http_request_t *r, ngx_uint_t level)
         return NGX_ERROR;
     }
 
-    ctx->request = r;
     ctx->level = level;
     ctx->crc = crc32(0L, Z_NULL, 0);
     ctx->last_out = &ctx->out;
@@ -236,7 +234,10 @@ ngx_http_esi_stitch_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
             break;
         }
 
-        /* with every buffer busy and nothing new, push the busy ones */
+        /*
+         * out of buffers with nothing new, this pushes the busy ones:
+         * what the writer frees, deflate goes on in
+         */
 
         rc = ngx_http_next_body_filter(r, ctx->out);
 
