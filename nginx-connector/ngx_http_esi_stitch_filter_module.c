@@ -31,7 +31,10 @@ typedef struct {
     uLong                      crc;
     uint32_t                   size;        /* plaintext bytes, mod 2^32 */
 
-    ngx_chain_t               *in;          /* not woven in yet */
+    ngx_chain_t               *in;          /* not taken yet */
+    ngx_buf_t                 *in_buf;      /* deflate reads it */
+    ngx_http_esi_segment_t    *segment;     /* after the live stream's end */
+    int                        flush;       /* owed when in_buf is used */
     ngx_chain_t               *out;
     ngx_chain_t              **last_out;
     ngx_chain_t               *free;
@@ -50,12 +53,18 @@ static ngx_int_t ngx_http_esi_stitch_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_esi_stitch_weave(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_stitch_take(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, ngx_buf_t *b);
+static ngx_int_t ngx_http_esi_stitch_flushed(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
-    ngx_http_esi_stitch_ctx_t *ctx, int flush);
+    ngx_http_esi_stitch_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_stitch_finish(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_stitch_link(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx, ngx_buf_t *b);
+static ngx_int_t ngx_http_esi_stitch_constant(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, u_char *data, size_t len);
 static ngx_int_t ngx_http_esi_stitch_zbuf_out(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx);
 static void *ngx_http_esi_stitch_alloc(void *opaque, u_int items,
@@ -144,6 +153,7 @@ ngx_http_esi_stitch_start(ngx_http_request_t *r, ngx_uint_t level)
 
     ctx->level = level;
     ctx->crc = crc32(0L, Z_NULL, 0);
+    ctx->flush = Z_NO_FLUSH;
     ctx->last_out = &ctx->out;
 
     h = ngx_list_push(&r->headers_out.headers);
@@ -254,7 +264,7 @@ ngx_http_esi_stitch_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    if (ctx->in) {
+    if (ctx->in || ctx->zstream.avail_in || ctx->flush != Z_NO_FLUSH) {
         r->connection->buffered |= NGX_HTTP_GZIP_BUFFERED;
 
     } else {
@@ -269,6 +279,16 @@ failed:
 
     for (cl = ctx->in; cl; cl = cl->next) {
         cl->buf->pos = cl->buf->last;
+    }
+
+    if (ctx->in_buf) {
+        ctx->in_buf->pos = ctx->in_buf->last;
+        ctx->in_buf = NULL;
+    }
+
+    if (ctx->segment) {
+        ctx->segment->buf.pos = ctx->segment->buf.last;
+        ctx->segment = NULL;
     }
 
     ctx->in = NULL;
@@ -288,143 +308,204 @@ static ngx_int_t
 ngx_http_esi_stitch_weave(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx)
 {
-    size_t                   size;
-    u_char                  *pos;
-    ngx_int_t                rc;
-    ngx_buf_t               *b;
-    ngx_chain_t             *cl;
-    ngx_http_esi_segment_t  *seg;
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
 
     if (!ctx->started) {
-        b = ngx_calloc_buf(r->pool);
-        if (b == NULL) {
-            return NGX_ERROR;
-        }
-
-        b->memory = 1;
-        b->pos = ngx_http_esi_stitch_header;
-        b->last = b->pos + sizeof(ngx_http_esi_stitch_header);
-
-        if (ngx_http_esi_stitch_link(r, ctx, b) != NGX_OK) {
+        if (ngx_http_esi_stitch_constant(r, ctx, ngx_http_esi_stitch_header,
+                                         sizeof(ngx_http_esi_stitch_header))
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
 
         ctx->started = 1;
     }
 
-    while (ctx->in) {
-        b = ctx->in->buf;
+    for ( ;; ) {
 
-        if (ngx_http_esi_is_segment(b)) {
-
-            /* what was deflated live ends where the segment begins */
-
-            if (ctx->live) {
-                rc = ngx_http_esi_stitch_deflate(r, ctx, Z_FULL_FLUSH);
-                if (rc != NGX_OK) {
-                    return rc;
-                }
-
-                if (ngx_http_esi_stitch_zbuf_out(r, ctx) != NGX_OK) {
-                    return NGX_ERROR;
-                }
-
-                ctx->live = 0;
+        if (ctx->zstream.avail_in || ctx->flush != Z_NO_FLUSH) {
+            rc = ngx_http_esi_stitch_deflate(r, ctx);
+            if (rc != NGX_OK) {
+                return rc;
             }
 
-            seg = (ngx_http_esi_segment_t *) b;
-
-            ctx->crc = crc32_combine(ctx->crc, seg->crc, (z_off_t) seg->size);
-            ctx->size += (uint32_t) seg->size;
-
-            if (ngx_http_esi_stitch_link(r, ctx, b) != NGX_OK) {
+            if (ngx_http_esi_stitch_flushed(r, ctx) != NGX_OK) {
                 return NGX_ERROR;
             }
+        }
 
-        } else {
-
-            if (ngx_buf_size(b) && !ngx_buf_in_memory(b)) {
-                ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                              "esi stitch: a buffer not in memory");
-                return NGX_ERROR;
-            }
-
-            if (b->pos < b->last) {
-                if (!ctx->zinit) {
-                    ctx->zstream.zalloc = ngx_http_esi_stitch_alloc;
-                    ctx->zstream.zfree = ngx_http_esi_stitch_free;
-                    ctx->zstream.opaque = r;
-
-                    if (deflateInit2(&ctx->zstream, (int) ctx->level,
-                                     Z_DEFLATED, -MAX_WBITS, 8,
-                                     Z_DEFAULT_STRATEGY)
-                        != Z_OK)
-                    {
-                        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                                      "esi stitch: deflateInit2() failed");
-                        return NGX_ERROR;
-                    }
-
-                    ctx->zinit = 1;
-                }
-
-                pos = b->pos;
-                ctx->zstream.next_in = pos;
-                ctx->zstream.avail_in = (uInt) (b->last - pos);
-
-                rc = ngx_http_esi_stitch_deflate(r, ctx, Z_NO_FLUSH);
-
-                size = ctx->zstream.next_in - pos;
-                ctx->crc = crc32(ctx->crc, pos, (uInt) size);
-                ctx->size += (uint32_t) size;
-                b->pos = ctx->zstream.next_in;
-                ctx->live = 1;
-
-                if (rc != NGX_OK) {
-                    return rc;
-                }
-            }
-
-            if (b->last_buf) {
-                rc = ngx_http_esi_stitch_finish(r, ctx);
-                if (rc != NGX_OK) {
-                    return rc;
-                }
-
-            } else if (b->flush && ctx->live) {
-                rc = ngx_http_esi_stitch_deflate(r, ctx, Z_SYNC_FLUSH);
-                if (rc != NGX_OK) {
-                    return rc;
-                }
-
-                if (ctx->zbuf) {
-                    ctx->zbuf->flush = 1;
-                }
-
-                if (ngx_http_esi_stitch_zbuf_out(r, ctx) != NGX_OK) {
-                    return NGX_ERROR;
-                }
-            }
+        if (ctx->in == NULL || ctx->done) {
+            return NGX_OK;
         }
 
         cl = ctx->in;
         ctx->in = cl->next;
+        b = cl->buf;
         ngx_free_chain(r->pool, cl);
+
+        if (ngx_http_esi_stitch_take(r, ctx, b) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+}
+
+
+/*
+ * Takes one buffer off the input.  Whoever made a buffer may reuse it once
+ * its pos reaches last, so all it asks for is noted here, at once: its
+ * bytes go to zlib, which moves pos as it reads them, and its flags become
+ * the flush owed after them.
+ */
+
+static ngx_int_t
+ngx_http_esi_stitch_take(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, ngx_buf_t *b)
+{
+    size_t  size;
+
+    if (ngx_http_esi_is_segment(b)) {
+        ctx->segment = (ngx_http_esi_segment_t *) b;
+
+        /* what was deflated live ends where the segment begins */
+
+        if (ctx->live) {
+            ctx->flush = Z_FULL_FLUSH;
+            return NGX_OK;
+        }
+
+        return ngx_http_esi_stitch_flushed(r, ctx);
+    }
+
+    size = ngx_buf_size(b);
+
+    if (size && !ngx_buf_in_memory(b)) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "esi stitch: a buffer not in memory");
+        return NGX_ERROR;
+    }
+
+    if (size && !ctx->zinit) {
+        ctx->zstream.zalloc = ngx_http_esi_stitch_alloc;
+        ctx->zstream.zfree = ngx_http_esi_stitch_free;
+        ctx->zstream.opaque = r;
+
+        if (deflateInit2(&ctx->zstream, (int) ctx->level, Z_DEFLATED,
+                         -MAX_WBITS, 8, Z_DEFAULT_STRATEGY)
+            != Z_OK)
+        {
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "esi stitch: deflateInit2() failed");
+            return NGX_ERROR;
+        }
+
+        ctx->zinit = 1;
+    }
+
+    if (size) {
+        ctx->crc = crc32(ctx->crc, b->pos, (uInt) size);
+        ctx->size += (uint32_t) size;
+        ctx->zstream.next_in = b->pos;
+        ctx->zstream.avail_in = (uInt) size;
+        ctx->in_buf = b;
+        ctx->live = 1;
+    }
+
+    if (b->last_buf) {
+        if (ctx->zinit) {
+            ctx->flush = Z_FINISH;
+            return NGX_OK;
+        }
+
+        /* every byte came in segments: zlib was never needed */
+
+        if (ngx_http_esi_stitch_constant(r, ctx,
+                                         ngx_http_esi_stitch_empty_end,
+                                         sizeof(ngx_http_esi_stitch_empty_end))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        return ngx_http_esi_stitch_finish(r, ctx);
+
+    } else if (b->flush && ctx->live) {
+        ctx->flush = Z_SYNC_FLUSH;
     }
 
     return NGX_OK;
 }
 
 
+/* what the flush just ended was for */
+
+static ngx_int_t
+ngx_http_esi_stitch_flushed(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx)
+{
+    ngx_http_esi_segment_t  *seg;
+
+    switch (ctx->flush) {
+
+    case Z_FINISH:
+        ctx->flush = Z_NO_FLUSH;
+
+        if (ngx_http_esi_stitch_zbuf_out(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        (void) deflateEnd(&ctx->zstream);
+        ctx->zinit = 0;
+
+        return ngx_http_esi_stitch_finish(r, ctx);
+
+    case Z_SYNC_FLUSH:
+        ctx->flush = Z_NO_FLUSH;
+
+        if (ctx->zbuf) {
+            ctx->zbuf->flush = 1;
+        }
+
+        return ngx_http_esi_stitch_zbuf_out(r, ctx);
+
+    case Z_FULL_FLUSH:
+        ctx->flush = Z_NO_FLUSH;
+        ctx->live = 0;
+
+        if (ngx_http_esi_stitch_zbuf_out(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        /* fall through */
+
+    default: /* Z_NO_FLUSH */
+
+        seg = ctx->segment;
+
+        if (seg == NULL) {
+            return NGX_OK;
+        }
+
+        ctx->segment = NULL;
+
+        ctx->crc = crc32_combine(ctx->crc, seg->crc, (z_off_t) seg->size);
+        ctx->size += (uint32_t) seg->size;
+
+        return ngx_http_esi_stitch_link(r, ctx, &seg->buf);
+    }
+}
+
+
 /*
- * Runs deflate on what ctx->zstream holds with this flush, into output
+ * Runs deflate on what ctx->zstream holds with the flush owed, into output
  * buffers: NGX_OK when the input is used up (and the flush ended),
  * NGX_AGAIN when no buffer is free; called again, it goes on.
  */
 
 static ngx_int_t
 ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
-    ngx_http_esi_stitch_ctx_t *ctx, int flush)
+    ngx_http_esi_stitch_ctx_t *ctx)
 {
     int         zrc;
     ngx_buf_t  *b;
@@ -468,7 +549,7 @@ ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
         ctx->zstream.next_out = ctx->zbuf->last;
         ctx->zstream.avail_out = (uInt) (ctx->zbuf->end - ctx->zbuf->last);
 
-        zrc = deflate(&ctx->zstream, flush);
+        zrc = deflate(&ctx->zstream, ctx->flush);
 
         if (zrc != Z_OK && zrc != Z_STREAM_END && zrc != Z_BUF_ERROR) {
             ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
@@ -477,6 +558,16 @@ ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
         }
 
         ctx->zbuf->last = ctx->zstream.next_out;
+
+        /* what zlib read is in its window: the buffer's owner may have it */
+
+        if (ctx->in_buf) {
+            ctx->in_buf->pos = ctx->zstream.next_in;
+
+            if (ctx->zstream.avail_in == 0) {
+                ctx->in_buf = NULL;
+            }
+        }
 
         /* zlib has more to write only when it filled the buffer */
 
@@ -489,46 +580,14 @@ ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
 }
 
 
-/* the final block, then the trailer: CRC-32 and length of it all */
+/* the trailer, after the final block: CRC-32 and length of it all */
 
 static ngx_int_t
 ngx_http_esi_stitch_finish(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx)
 {
     u_char     *p;
-    ngx_int_t   rc;
     ngx_buf_t  *b;
-
-    if (ctx->zinit) {
-        rc = ngx_http_esi_stitch_deflate(r, ctx, Z_FINISH);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        if (ngx_http_esi_stitch_zbuf_out(r, ctx) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
-        (void) deflateEnd(&ctx->zstream);
-        ctx->zinit = 0;
-
-    } else {
-
-        /* every byte came in segments: zlib was never needed */
-
-        b = ngx_calloc_buf(r->pool);
-        if (b == NULL) {
-            return NGX_ERROR;
-        }
-
-        b->memory = 1;
-        b->pos = ngx_http_esi_stitch_empty_end;
-        b->last = b->pos + sizeof(ngx_http_esi_stitch_empty_end);
-
-        if (ngx_http_esi_stitch_link(r, ctx, b) != NGX_OK) {
-            return NGX_ERROR;
-        }
-    }
 
     b = ngx_create_temp_buf(r->pool, 8);
     if (b == NULL) {
@@ -571,6 +630,27 @@ ngx_http_esi_stitch_link(ngx_http_request_t *r,
     ctx->last_out = &cl->next;
 
     return NGX_OK;
+}
+
+
+/* bytes of ours that never change, such as the gzip header */
+
+static ngx_int_t
+ngx_http_esi_stitch_constant(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, u_char *data, size_t len)
+{
+    ngx_buf_t  *b;
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->memory = 1;
+    b->pos = data;
+    b->last = data + len;
+
+    return ngx_http_esi_stitch_link(r, ctx, b);
 }
 
 
