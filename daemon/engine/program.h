@@ -47,6 +47,7 @@ namespace esi {
 struct VerbatimRun {
   uint64_t offset;
   uint32_t length;
+  TextContext context{};  // recorded in plans: where a dropped one resumes
 };
 
 struct IncludeCall {
@@ -66,19 +67,20 @@ enum class TryMark : uint8_t { START, EXCEPT, END };
 using Instruction = std::variant<VerbatimRun, IncludeCall, LiteralText, TryMark>;
 
 // Appends a run to instructions or program steps, merged with the last one
-// where that is the run just before it; runs longer than a wire length go
-// out as several.
+// where that is the run just before it, in the same context; runs longer
+// than a wire length go out as several.
 template <typename Step>
-void appendVerbatim(std::vector<Step>& out, uint64_t offset, uint64_t length) {
+void appendVerbatim(std::vector<Step>& out, uint64_t offset, uint64_t length,
+                    TextContext context = {}) {
   constexpr uint64_t kMaxRun = std::numeric_limits<uint32_t>::max();
   while (length > 0) {
     const uint64_t run = std::min(length, kMaxRun);
     auto* last = out.empty() ? nullptr : std::get_if<VerbatimRun>(&out.back());
     if (last != nullptr && last->offset + last->length == offset &&
-        last->length + run <= kMaxRun) {
+        last->length + run <= kMaxRun && last->context == context) {
       last->length += static_cast<uint32_t>(run);
     } else {
-      out.emplace_back(VerbatimRun{offset, static_cast<uint32_t>(run)});
+      out.emplace_back(VerbatimRun{offset, static_cast<uint32_t>(run), context});
     }
     offset += run;
     length -= run;

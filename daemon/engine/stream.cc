@@ -16,7 +16,8 @@ void Stream::record(size_t maxBytes) {
   maxRecordBytes_ = maxBytes;
 }
 
-bool Stream::resumeInside(const std::vector<ProgramStep>& before) {
+bool Stream::resumeInside(const std::vector<ProgramStep>& before, TextContext context) {
+  parser_.resume(context);
   std::vector<Instruction> replayed;  // the connector has them already
   unsigned tries = 0;
   for (const ProgramStep& step : before) {
@@ -56,7 +57,7 @@ void Stream::add(ProgramStep step) {
   evaluator_.step(step, pending_);
   if (!recording_) return;
   if (const auto* run = std::get_if<VerbatimRun>(&step)) {
-    appendVerbatim(program_, run->offset, run->length);
+    appendVerbatim(program_, run->offset, run->length, run->context);
   } else {
     program_.push_back(std::move(step));
   }
@@ -65,7 +66,7 @@ void Stream::add(ProgramStep step) {
 void Stream::verbatim(uint64_t offset, uint64_t length) {
   // Split as the wire needs; add() merges the pieces again where it can.
   std::vector<ProgramStep> runs;
-  appendVerbatim(runs, base_ + offset, length);
+  appendVerbatim(runs, base_ + offset, length, parser_.runContext());
   for (ProgramStep& run : runs) add(std::move(run));
 }
 

@@ -28,11 +28,12 @@ class Stream final : private ParserSink {
   void setRequestValues(RequestValues values) { values_ = std::move(values); }
 
   // The parse starts inside the constructs the steps before base leave
-  // open (a plan's, whose replay stopped at base): each is replayed into the
-  // parser and evaluated for this request.  False when one left open is a
-  // try: the connector never has esid parse from inside one (the attempt's
-  // held output and its markers are the connector's).
-  bool resumeInside(const std::vector<ProgramStep>& before);
+  // open (a plan's, whose replay stopped at base), in the text context
+  // there: each construct is replayed into the parser and evaluated for
+  // this request.  False when one left open is a try: the connector never
+  // has esid parse from inside one (the attempt's held output and its
+  // markers are the connector's).
+  bool resumeInside(const std::vector<ProgramStep>& before, TextContext context);
 
   void feed(std::string_view bytes);
   void finish();

@@ -12,6 +12,7 @@ namespace {
 struct Parse {
   std::string assembled;              // the page as a client would see it
   std::vector<std::string> warnings;  // "offset: what"
+  std::string contexts;  // per verbatim byte: '.', 'v'ars, 'c'omment, 'b'oth
 };
 
 // Feeds a page to a parser, applies what it reports to the page, and checks
@@ -32,6 +33,7 @@ class Assembler final : public ParserSink {
   }
 
   void replay(Block block, bool opens) { parser_.replay(block, opens); }
+  void resume(TextContext context) { parser_.resume(context); }
 
   Parse finish() {
     parser_.finish();
@@ -47,6 +49,10 @@ class Assembler final : public ParserSink {
     EXPECT_LE(offset + length, fed_);
     verbatimEnd_ = offset + length;
     result_.assembled += page_.substr(offset, length);
+    const TextContext context = parser_.runContext();
+    result_.contexts.append(length, context.esiComment
+                                        ? (context.varsDepth ? 'b' : 'c')
+                                        : (context.varsDepth ? 'v' : '.'));
   }
 
   void include(std::string_view src, std::string_view alt,
@@ -111,6 +117,7 @@ Parse parseBytewise(std::string_view page, ParserLimits limits = {}) {
 void expectSameParse(const Parse& actual, const Parse& expected) {
   EXPECT_EQ(actual.assembled, expected.assembled);
   EXPECT_EQ(actual.warnings, expected.warnings);
+  EXPECT_EQ(actual.contexts, expected.contexts);
 }
 
 // The page assembles to expected with that many warnings, whether it comes
@@ -138,6 +145,24 @@ TEST(Parser, TextWithoutEsiIsVerbatim) {
 }
 
 TEST(Parser, EmptyPageIsEmpty) { expectAssembled("", "", 0); }
+
+// What a plan records of each run, so that a parse resumed at its start
+// (a dropped plan) reads on as this one did.
+TEST(Parser, EachRunIsReportedInTheTextContextItIsIn) {
+  const std::string page =
+      "a<!--esi b<esi:vars>c$(X)d</esi:vars>e-->f<esi:vars>g</esi:vars>";
+  expectAssembled(page, "a bc[ref $(X)]defg", 0);
+  EXPECT_EQ(parseWhole(page).contexts, ".ccbbc.v");
+
+  const std::string rest = "c$(X)d</esi:vars>e-->f";
+  Assembler resumed(rest);
+  resumed.resume(TextContext{1, true});
+  resumed.feedTo(rest.size());
+  const Parse parse = resumed.finish();
+  EXPECT_EQ(parse.assembled, "c[ref $(X)]def");
+  EXPECT_EQ(parse.contexts, "bbc.");
+  EXPECT_TRUE(parse.warnings.empty());
+}
 
 TEST(Parser, TagNamesAreCaseSensitive) {
   expectAssembled(R"(<ESI:include src="/x"/><Esi:remove>a</Esi:remove>)",

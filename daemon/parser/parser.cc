@@ -210,6 +210,9 @@ struct Parser::State {
   void openBlock(Block block, std::string_view attributes, bool selfClosing);
   void closeBlock(Block block);
   bool substituting() const { return varsDepth > 0 && removeDepth == 0; }
+  TextContext context() const {
+    return {static_cast<uint8_t>(std::min(varsDepth, 255u)), inEsiComment};
+  }
 
   bool holding() const {
     return mode == Mode::OPENER || mode == Mode::ESI_TAG ||
@@ -234,6 +237,7 @@ struct Parser::State {
   // longer held; inside, nothing does.
   bool inRun = true;
   uint64_t runStart = 0;
+  TextContext runContext;  // as it was at runStart
 
   std::string tag;         // the held '<...' or "$(..." bytes
   uint64_t holdStart = 0;  // where the held '<...' or "--" begins
@@ -275,6 +279,7 @@ void Parser::State::dropHeld() {
   cutRun(holdStart);
   inRun = removeDepth == 0;
   runStart = pos;
+  runContext = context();
   tag.clear();
   closeMatch = 0;
   mode = Mode::TEXT;
@@ -783,6 +788,15 @@ void Parser::replay(Block block, bool opens) {
   }
   if (blocks.size() < kMaxBlockDepth) blocks.push_back({block});
 }
+
+void Parser::resume(TextContext context) {
+  state_->varsDepth = context.varsDepth;
+  state_->inEsiComment = context.esiComment;
+  state_->esiCommentStart = state_->pos;
+  state_->runContext = context;
+}
+
+TextContext Parser::runContext() const { return state_->runContext; }
 
 void Parser::finish() { state_->finish(); }
 

@@ -41,6 +41,15 @@ std::string_view nameOf(Block block);
 
 constexpr size_t kMaxBlockDepth = 64;
 
+// How the parser reads the text of a run: inside how many <esi:vars>
+// ($(...) is substituted) and whether inside <!--esi (whose "-->" is
+// markup).  A parse resumed in the middle of a page starts in its run's.
+struct TextContext {
+  uint8_t varsDepth = 0;  // at most 255: deeper nesting reads the same
+  bool esiComment = false;
+  bool operator==(const TextContext&) const = default;
+};
+
 class ParserSink {
  public:
   virtual ~ParserSink() = default;
@@ -81,6 +90,12 @@ class Parser {
   // the parse of the bytes before reported it, in order: the parse starts
   // inside what is left open.  Nothing is reported.
   void replay(Block block, bool opens);
+
+  // Before the first byte fed: the text it starts in.
+  void resume(TextContext context);
+
+  // Inside ParserSink::verbatim(): the text that run is in.
+  TextContext runContext() const;
 
   // End of stream: everything still pending is resolved.
   void finish();

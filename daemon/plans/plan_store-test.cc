@@ -439,12 +439,12 @@ TEST(PlanSpans, ABlockThatDiffersInsideIsCaughtAtItsStartAndParsedFromThere) {
   // The worker stops at the block's check: what it replayed before, and
   // the parse from there, are the changed page.
   ASSERT_EQ(failingCheck(steps, changed), std::optional<uint64_t>(200));
-  const auto before = recorded.plan->stepsBefore(200);
-  ASSERT_TRUE(before);
+  const auto resumption = recorded.plan->resumeAt(200);
+  ASSERT_TRUE(resumption);
   Stats stats;
   Stream stream(kPage.uri, kPage.authority, stats, 200);
   stream.setRequestValues(values);
-  ASSERT_TRUE(stream.resumeInside(*before));
+  ASSERT_TRUE(stream.resumeInside(resumption->before, resumption->context));
   stream.feed(std::string_view(changed).substr(200));
   stream.finish();
   EXPECT_EQ(head + rendered(changed, stream.takeInstructions()),
@@ -738,15 +738,51 @@ TEST(PlanSegments, APlanTheArenaHasNoRoomForIsRecordedWithoutSegments) {
   expectZone(store, "pages", {{"entries", 1}, {"segment_bytes", 0}});
 }
 
-TEST(PlanSegments, StepsBeforeTheStartOrTheEndOfARun) {
+TEST(PlanSegments, ResumesAtTheStartOrTheEndOfARun) {
   const std::string body = "0123456789<esi:include src=\"/x\"/>abcde";
   const Plan plan = *buildPlan({V(0, 10), I("/x"), V(33, 5)}, body);
-  EXPECT_EQ(plan.stepsBefore(0)->size(), 0u);
-  EXPECT_EQ(plan.stepsBefore(10)->size(), 1u);  // a run's end: it went out
-  EXPECT_EQ(plan.stepsBefore(33)->size(), 2u);  // a run's start: what came before it
-  EXPECT_EQ(plan.stepsBefore(38)->size(), 3u);
-  EXPECT_FALSE(plan.stepsBefore(20));
-  EXPECT_FALSE(plan.stepsBefore(35));
+  EXPECT_EQ(plan.resumeAt(0)->before.size(), 0u);
+  EXPECT_EQ(plan.resumeAt(10)->before.size(), 1u);  // a run's end: it went out
+  EXPECT_EQ(plan.resumeAt(33)->before.size(), 2u);  // a run's start: what came before it
+  EXPECT_EQ(plan.resumeAt(38)->before.size(), 3u);
+  EXPECT_FALSE(plan.resumeAt(20));
+  EXPECT_FALSE(plan.resumeAt(35));
+}
+
+// A worker stops replaying at a construct inside <esi:vars> or <!--esi
+// (a long block: checked in pieces): the parse from there reads the rest
+// of the block as the block's, as a parse of the whole page does.
+TEST(PlanResume, InsideVarsOrAnEsiCommentTheParseResumesInIt) {
+  const std::string text(1500, 't');
+  const std::string construct = "<esi:include src=\"/a\"/>";
+  for (const auto& [open, close] :
+       {std::pair<std::string, std::string>{"<esi:vars>", "</esi:vars>"},
+        std::pair<std::string, std::string>{"<!--esi ", " -->"}}) {
+    const std::string body = open + "<p>" + text + "</p>" + construct +
+                             "<p>$(HTTP_HOST)</p>" + close + "<p>$(HTTP_HOST) --></p>";
+    std::string changed = body;
+    const size_t at = body.find(construct);
+    changed[at + construct.find('a')] = 'b';
+    const Parsed recorded = parse(body, {});
+    ASSERT_TRUE(recorded.plan);
+    const RequestValues values = request("", "", "example.com");
+    const std::vector<PlanStep> steps = evaluate(*recorded.plan, values);
+    ASSERT_EQ(failingCheck(steps, changed), std::optional<uint64_t>(at)) << open;
+    const auto resumption = recorded.plan->resumeAt(at);
+    ASSERT_TRUE(resumption);
+    EXPECT_EQ(resumption->context.varsDepth, open == "<esi:vars>" ? 1 : 0);
+    EXPECT_EQ(resumption->context.esiComment, open != "<esi:vars>");
+    Stats stats;
+    Stream stream(kPage.uri, kPage.authority, stats, at);
+    stream.setRequestValues(values);
+    ASSERT_TRUE(stream.resumeInside(resumption->before, resumption->context));
+    stream.feed(std::string_view(changed).substr(at));
+    stream.finish();
+    const std::string whole = rendered(changed, parse(changed, values).instructions);
+    EXPECT_EQ(rendered(changed, stream.takeInstructions()),
+              whole.substr(whole.find("[I(/b)]")))
+        << open;
+  }
 }
 
 }  // namespace

@@ -166,14 +166,16 @@ void Plan::deflateRuns(std::string_view body, int level, SegmentArena& arena) {
   lease = std::move(deflated->lease);
 }
 
-std::optional<std::vector<ProgramStep>> Plan::stepsBefore(uint64_t base) const {
-  if (base == 0) return std::vector<ProgramStep>();
+std::optional<Plan::Resumption> Plan::resumeAt(uint64_t base) const {
+  if (base == 0) return Resumption{};
   for (auto step = program.begin(); step != program.end(); ++step) {
     const auto* run = std::get_if<VerbatimRun>(&*step);
     if (run == nullptr) continue;
-    if (run->offset == base) return std::vector<ProgramStep>(program.begin(), step);
+    if (run->offset == base) {
+      return Resumption{std::vector<ProgramStep>(program.begin(), step), run->context};
+    }
     if (run->offset + run->length == base) {
-      return std::vector<ProgramStep>(program.begin(), step + 1);
+      return Resumption{std::vector<ProgramStep>(program.begin(), step + 1), run->context};
     }
   }
   return std::nullopt;

@@ -140,10 +140,16 @@ struct Plan {
   // in the arena the plan keeps none.
   void deflateRuns(std::string_view body, int level, SegmentArena& arena);
 
-  // The program's steps for the body before base, when base is where one
-  // of its verbatim runs ends (where a worker stops replaying) or starts
-  // (where a segment's head differed): nullopt otherwise.
-  std::optional<std::vector<ProgramStep>> stepsBefore(uint64_t base) const;
+  // Where a parse of the body from base on starts: the program's steps
+  // before base, and the text context there (that of the run at base).
+  // base is where one of its verbatim runs ends (where a worker stops
+  // replaying) or starts (where a segment's head differed): nullopt
+  // otherwise.
+  struct Resumption {
+    std::vector<ProgramStep> before;
+    TextContext context;
+  };
+  std::optional<Resumption> resumeAt(uint64_t base) const;
 
   // The steps the worker replays for one request, into out (what it held
   // before is dropped).

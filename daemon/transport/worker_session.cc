@@ -444,8 +444,8 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
     // Not into a try: the worker applies esi_fallback there (it cannot
     // leave what the attempt holds to esid) and may open the stream only to
     // have the plan forgotten, which it now is.
-    const auto before = failedPlan->stepsBefore(open.getBase());
-    if (before && !stream->resumeInside(*before)) {
+    const auto resumption = failedPlan->resumeAt(open.getBase());
+    if (resumption && !stream->resumeInside(resumption->before, resumption->context)) {
       sendFail(id, "the plan stopped matching inside <esi:try>");
       return true;
     }

@@ -187,6 +187,41 @@ class PlanTest(PlanTestCase):
         restore()
 
 
+class PlanDropInContextTest(PlanTestCase):
+    """A plan dropped inside <esi:vars> or <!--esi ... -->: the parse
+    resumes in that context, so what follows reads as the page meant."""
+
+    TEXT = "<p>%s</p>" % ("x" * 1500)     # longer than a span: checked alone
+
+    def drop_at_the_include(self, path, body, expected):
+        self.origin.route(path, body)
+        for status in ("MISS", "HIT", "HIT"):
+            self.hit(path, expected, status)
+        self.assertEqual(self.counters()[0], 1)
+        self.rewrite_cached_body('<esi:include src="/esi/a"/>',
+                                 '<esi:include src="/esi/b"/>')
+        self.hit(path, expected.replace(">A<", ">B<"))
+        at = body.index('<esi:include src="/esi/a"/>')
+        self.assertTrue(poll(lambda: "plan dropped at byte %d: a construct "
+                             "differs" % at in self.error_log()))
+
+    def test_inside_vars_a_reference_after_the_drop_is_substituted(self):
+        self.start()
+        host = "127.0.0.1:%d" % self.port
+        self.drop_at_the_include(
+            "/vars",
+            '<esi:vars>%s<esi:include src="/esi/a"/><p>$(HTTP_HOST)</p>'
+            '</esi:vars><p>$(HTTP_HOST)</p>' % self.TEXT,
+            "%sA<p>%s</p><p>$(HTTP_HOST)</p>" % (self.TEXT, host))
+
+    def test_inside_an_esi_comment_its_end_is_not_sent(self):
+        self.drop_at_the_include(
+            "/comment",
+            '<!--esi %s<esi:include src="/esi/a"/><p>after</p> --><p>end</p>'
+            % self.TEXT,
+            " %sA<p>after</p> <p>end</p>" % self.TEXT)
+
+
 class TinyZoneTest(PlanTestCase):
     """A zone too small for every plan keeps the most recently used."""
     HTTP = "esi_plan_zone plans:64k;"
