@@ -77,6 +77,7 @@
 #define NGX_HTTP_ESI_TRY_MAX           64
 
 #define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
+#define NGX_HTTP_ESI_PLAIN_OBJECTS     1024 /* a power of two */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
 #define NGX_HTTP_ESI_PLAN_BYTES        2048 /* room for checks and literals */
 #define NGX_HTTP_ESI_BATCH             16   /* links, bufs, insns allocated */
@@ -379,6 +380,17 @@ typedef struct {
 } ngx_http_esi_purge_t;
 
 
+/*
+ * A cached object whose plan was one run over all of it: it has no ESI, and
+ * later hits go out as they would with esi off, without esid.
+ */
+
+typedef struct {
+    ngx_http_esi_plan_zone_t  *zone;
+    u_char                     object[NGX_HTTP_ESI_OBJECT_LEN];
+} ngx_http_esi_plain_t;
+
+
 /* a file NGINX stores: reported when its request is over */
 
 typedef struct {
@@ -438,6 +450,8 @@ typedef struct {
     ngx_uint_t                 nfds;
     ngx_http_esi_mapping_t    *arena;
     ngx_http_esi_mapping_t    *pins;
+
+    ngx_http_esi_plain_t      *plain;       /* by hash of the object */
 
     unsigned                   lost_reports:1;  /* since the last announce */
 } ngx_http_esi_daemon_t;
@@ -514,6 +528,7 @@ static ngx_table_elt_t *ngx_http_esi_find_header(ngx_list_t *headers,
 static void ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars);
 static size_t ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names,
     u_char *dst);
+static void ngx_http_esi_hide_surrogate_control(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_open(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_cleanup(void *data);
@@ -587,6 +602,7 @@ static ngx_int_t ngx_http_esi_output(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
 
+static ngx_http_esi_plain_t *ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_identify(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_loc_conf_t *elcf);
 static ngx_int_t ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx,
@@ -942,6 +958,14 @@ ngx_http_esi_init_process(ngx_cycle_t *cycle)
     }
 
     d = &ngx_http_esi_daemon;
+
+    if (emcf->plan_zones.nelts) {
+        d->plain = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_PLAIN_OBJECTS
+                                            * sizeof(ngx_http_esi_plain_t));
+        if (d->plain == NULL) {
+            return NGX_ERROR;
+        }
+    }
 
     d->conf = emcf;
     d->log = cycle->log;
@@ -2607,10 +2631,11 @@ ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
 static ngx_int_t
 ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 {
-    off_t                 end, to;
-    ngx_uint_t            n;
-    ngx_http_esi_step_t  *step;
-    ngx_http_esi_insn_t  *insn;
+    off_t                  end, to;
+    ngx_uint_t             n;
+    ngx_http_esi_step_t   *step;
+    ngx_http_esi_insn_t   *insn;
+    ngx_http_esi_plain_t  *plain;
 
     ctx->plan_more = 0;
 
@@ -2781,6 +2806,16 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
     }
 
     /* the whole body, as planned */
+
+    if (ctx->nsteps == 1
+        && ctx->steps[0].type == NGX_HTTP_ESI_VERBATIM
+        && ctx->steps[0].length == ctx->plan_length
+        && ctx->steps[0].segment.len == 0)
+    {
+        plain = ngx_http_esi_plain(ctx);
+        plain->zone = ctx->plan_zone;
+        ngx_memcpy(plain->object, ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+    }
 
     insn = ngx_http_esi_insn(ctx);
     if (insn == NULL) {
@@ -3811,6 +3846,7 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
     ngx_uint_t                 depth, encoding;
     ngx_http_request_t        *pr;
     ngx_http_esi_ctx_t        *ctx, *pctx;
+    ngx_http_esi_plain_t      *plain;
     ngx_http_esi_loc_conf_t   *elcf;
     ngx_http_esi_main_conf_t  *emcf;
 
@@ -3978,9 +4014,28 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 
 #endif
 
+    if (ctx->identified && !ctx->segments && !ctx->inflate) {
+        plain = ngx_http_esi_plain(ctx);
+
+        if (ngx_memcmp(plain->object, ctx->object, NGX_HTTP_ESI_OBJECT_LEN)
+            == 0
+            && plain->zone == ctx->plan_zone)
+        {
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "esi: no ESI in this object, as its plan said");
+
+            ctx->status = NGX_HTTP_ESI_STATUS_PROCESSED;
+            ngx_http_esi_hide_surrogate_control(r);
+
+            goto processed;
+        }
+    }
+
     if (ngx_http_esi_open(r, ctx) != NGX_OK) {
         return NGX_ERROR;
     }
+
+processed:
 
     ngx_http_clear_content_length(r);
     ngx_http_clear_accept_ranges(r);
@@ -4419,6 +4474,19 @@ ngx_http_esi_identify(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 }
 
 
+/* where the object would be among those known to have no ESI */
+
+static ngx_http_esi_plain_t *
+ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx)
+{
+    uint32_t  hash;
+
+    hash = ngx_murmur_hash2(ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+
+    return &ngx_http_esi_daemon.plain[hash & (NGX_HTTP_ESI_PLAIN_OBJECTS - 1)];
+}
+
+
 /*
  * What ESI variables may read of the client's request (r->main's, also for
  * a fragment page), indexed by RequestVars pointer; cookies are apart.  The
@@ -4545,10 +4613,28 @@ ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names, u_char *dst)
 }
 
 
+/* Surrogate-Control is for us: the client never sees it */
+
+static void
+ngx_http_esi_hide_surrogate_control(ngx_http_request_t *r)
+{
+    ngx_table_elt_t  *h;
+
+    for ( ;; ) {
+        h = ngx_http_esi_find_header(&r->headers_out.headers,
+                                     "Surrogate-Control");
+        if (h == NULL) {
+            return;
+        }
+
+        h->hash = 0;
+    }
+}
+
+
 static ngx_int_t
 ngx_http_esi_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
-    ngx_table_elt_t        *h;
     ngx_pool_cleanup_t     *cln;
     ngx_http_esi_daemon_t  *d;
 
@@ -4562,15 +4648,7 @@ ngx_http_esi_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     cln->handler = ngx_http_esi_cleanup;
     cln->data = ctx;
 
-    for ( ;; ) {
-        h = ngx_http_esi_find_header(&r->headers_out.headers,
-                                     "Surrogate-Control");
-        if (h == NULL) {
-            break;
-        }
-
-        h->hash = 0;
-    }
+    ngx_http_esi_hide_surrogate_control(r);
 
     r->filter_need_in_memory = 1;
 

@@ -110,13 +110,26 @@ class PlanTest(PlanTestCase):
         self.assertEqual(self.counters()[0], 0,
                          "the first hit was planned: the miss recorded")
 
-    def test_page_without_esi_replays(self):
+    def test_a_page_without_esi_goes_out_as_it_is_once_its_plan_said_so(self):
+        """Its plan is one run over the whole page: the worker that
+        replayed it serves later hits as with esi off, without esid."""
         body = "<html><body>" + "<p>plain &lt; text</p>\n" * 500 + \
             "</body></html>"
-        self.origin.route("/plain", body)
-        for status in ("MISS", "HIT", "HIT", "HIT"):
+        self.origin.route("/plain", body,
+                          headers=[("Surrogate-Control", "max-age=60")])
+        for status in ("MISS", "HIT", "HIT"):
             self.hit("/plain", body, status)
-        self.assertEqual(self.counters()[0], 2)
+        before = self.stats_json()
+        self.assertEqual(before["planned"], 1)
+        for _ in range(3):
+            code, headers, got = self.get("/plain")
+            self.assertEqual(got, body.encode())
+            self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+            self.assertIsNone(headers.get("Surrogate-Control"))
+        after = self.stats_json()
+        self.assertEqual((after["planned"], after["streams"]),
+                         (before["planned"], before["streams"]))
+        self.assertEqual(self.esi_status(6), "processed")
 
     def test_large_page_replays_across_buffers(self):
         # 300 KB: read from the cache file in several buffers, constructs
