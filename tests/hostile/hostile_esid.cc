@@ -1,6 +1,6 @@
 // hostile_esid: a test double for esid.  It speaks the real protocol (the
 // Hello, a Welcome with SCM_RIGHTS, the sealed memfd and the rings, the
-// segment arena (empty: no plan ever names a segment), Cap'n
+// segment arena (empty: no honest answer names a segment), Cap'n
 // Proto records; proto/README.md) and then breaks it in one chosen way, so
 // that the integration tests can check that an NGINX worker refuses each
 // violation, applies esi_fallback and survives.
@@ -26,6 +26,13 @@
 //   try-end-early        a tryStart and a tryEnd with no tryExcept between
 //   last-inside-try      the last splice leaves a try open
 //   giant-literal        a literal of a quarter of the ring before the verbatim
+//   plan-unchecked-gap   honest, but a cache hit's open (an object) is answered
+//                        by a plan whose run skips a byte no check covers
+//   plan-segment-outside-arena
+//                        ... by a plan whose run names a segment past the
+//                        arena's end
+//   plan-pin-out-of-range
+//                        ... by a plan whose pin names no slot of the table
 //
 // With --after N the first N answers of each connection are honest, so the
 // violation comes in the middle of a stream.  Each violation is logged to
@@ -87,6 +94,9 @@ enum class Mode {
   kTryEndEarly,
   kLastInsideTry,
   kGiantLiteral,
+  kPlanUncheckedGap,
+  kPlanSegmentOutsideArena,
+  kPlanPinOutOfRange,
 };
 
 // What wraps the one verbatim of a splice.
@@ -121,6 +131,9 @@ constexpr ModeName kModes[] = {
     {"try-end-early", Mode::kTryEndEarly},
     {"last-inside-try", Mode::kLastInsideTry},
     {"giant-literal", Mode::kGiantLiteral},
+    {"plan-unchecked-gap", Mode::kPlanUncheckedGap},
+    {"plan-segment-outside-arena", Mode::kPlanSegmentOutsideArena},
+    {"plan-pin-out-of-range", Mode::kPlanPinOutOfRange},
 };
 
 // What the honest try shape's except part would emit: never seen.
@@ -148,6 +161,12 @@ struct Options {
 
 bool memfdMode(Mode mode) {
   return mode == Mode::kShrunkenMemfd || mode == Mode::kUnsealedMemfd;
+}
+
+// Honest with bodies; only the plans lie.
+bool planMode(Mode mode) {
+  return mode == Mode::kPlanUncheckedGap || mode == Mode::kPlanSegmentOutsideArena ||
+         mode == Mode::kPlanPinOutOfRange;
 }
 
 // The fds of a Welcome the worker must refuse: a memfd with a valid header
@@ -212,6 +231,7 @@ class Connection {
   void handle(const uint8_t* payload, uint32_t length);
   void answer(uint32_t id, Stream& stream, bool last);
   void misbehave(uint32_t id, Stream& stream, bool last);
+  void lieInAPlan(uint32_t id, capnp::Data::Reader object);
   Record splice(uint32_t id, uint64_t released, bool last, uint64_t offset, uint32_t length,
                 Shape shape = Shape::kPlain);
   static Record record(capnp::MessageBuilder& message);
@@ -349,6 +369,9 @@ void Connection::handle(const uint8_t* payload, uint32_t length) {
     switch (request.which()) {
       case Request::OPEN:
         streams_[id] = Stream{};
+        if (planMode(options_.mode) && request.getOpen().hasObject()) {
+          lieInAPlan(id, request.getOpen().getObject());
+        }
         return;
       case Request::BODY: {
         auto it = streams_.find(id);
@@ -376,7 +399,8 @@ void Connection::handle(const uint8_t* payload, uint32_t length) {
 }
 
 void Connection::answer(uint32_t id, Stream& stream, bool last) {
-  const bool honest = options_.mode == Mode::kVerbatim || options_.mode == Mode::kTry;
+  const bool honest = options_.mode == Mode::kVerbatim || options_.mode == Mode::kTry ||
+                      planMode(options_.mode);
   // last-inside-try can only break the last splice
   if (!honest && answers_ >= options_.after &&
       (last || options_.mode != Mode::kLastInsideTry)) {
@@ -452,12 +476,50 @@ void Connection::misbehave(uint32_t id, Stream& stream, bool last) {
     }
     case Mode::kVerbatim:
     case Mode::kTry:
+    case Mode::kPlanUncheckedGap:
+    case Mode::kPlanSegmentOutsideArena:
+    case Mode::kPlanPinOutOfRange:
     case Mode::kShrunkenMemfd:
     case Mode::kUnsealedMemfd:
     case Mode::kWritableArena:
     case Mode::kSilent:
       return;
   }
+}
+
+// The object is key (16 bytes), Date, file size and header size (u64 LE):
+// the plan covers the body, file size minus header size.
+void Connection::lieInAPlan(uint32_t id, capnp::Data::Reader object) {
+  if (object.size() != 40) return;
+  auto u64At = [&](size_t at) {
+    uint64_t v = 0;
+    for (size_t k = 0; k < 8; ++k) v |= uint64_t{object[at + k]} << (8 * k);
+    return v;
+  };
+  const uint64_t length = u64At(24) - u64At(32);
+  misbehaved_ = true;
+  std::fprintf(stderr, "hostile: %s on stream %u of connection %u\n",
+               options_.modeName.data(), id, number_);
+
+  capnp::MallocMessageBuilder message;
+  auto response = message.initRoot<esi::wire::Response>();
+  response.setStream(id);
+  auto plan = response.initPlan();
+  plan.setLength(length);
+  auto verbatim = plan.initSteps(1)[0].initVerbatim();
+  verbatim.setOffset(options_.mode == Mode::kPlanUncheckedGap ? 1 : 0);
+  verbatim.setLength(options_.mode == Mode::kPlanUncheckedGap ? length - 1 : length);
+  if (options_.mode == Mode::kPlanSegmentOutsideArena) {
+    plan.setPin(1);
+    auto segment = verbatim.initSegment();
+    segment.setOffset(arena_.size());
+    segment.setLength(64);
+    const kj::byte head[] = {'<'};
+    segment.setHead(kj::arrayPtr(head, sizeof(head)));
+  } else if (options_.mode == Mode::kPlanPinOutOfRange) {
+    plan.setPin(ESI_PIN_SLOTS + 1);
+  }
+  pending_.push_back(record(message));
 }
 
 Connection::Record Connection::splice(uint32_t id, uint64_t released, bool last,

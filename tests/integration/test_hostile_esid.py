@@ -18,6 +18,7 @@ import unittest
 
 from harness import BUILD_DIR, EsiTestCase, poll, unix_socket_answers
 from test_faults_load import Page, WrkChecks
+from test_stitch import gunzip
 
 HOSTILE = os.path.join(BUILD_DIR, "hostile_esid")
 
@@ -204,6 +205,62 @@ class GiantLiteralTest(ViolationChecks, HostileTestCase):
     MODE = "giant-literal"
     LOCATION = "esi_max_page_size 128k;"
     REFUSAL = r"esi: esid made more than esi_max_page_size 131072"
+
+
+class PlanViolationChecks:
+    """A cache hit's plan breaks the protocol (the double answers bodies
+    honestly): the miss before it is processed, each hit's plan is refused
+    and named in the error log, the hit goes out unprocessed and whole,
+    and both workers live on."""
+
+    HTTP = HostileTestCase.HTTP + " esi_plan_zone plans:1m;"
+    LOCATION = "esi_plan plans;"
+    REFUSAL = r"esi: malformed plan from esid for stream \d+"
+    HEADERS = {}
+
+    def body(self):
+        _, headers, body = self.get(self.PAGE.path, self.HEADERS)
+        return headers, body
+
+    def test_each_hits_plan_is_refused(self):
+        workers = self.running_workers()
+        for n in range(1, 5):
+            headers, body = self.body()
+            self.assertEqual(headers.get("X-Cache-Status"),
+                             "MISS" if n == 1 else "HIT")
+            self.assertEqual(body, self.PAGE.raw)
+            self.assertEqual(self.esi_status(n),
+                             "processed" if n == 1 else "passthrough")
+        self.assertGreaterEqual(self.violations(), 3)
+        self.assertGreaterEqual(
+            len(re.findall(self.REFUSAL, self.error_log())), 3)
+        self.assertEqual(self.worker_pids(), workers)
+
+
+class PlanUncheckedGapTest(PlanViolationChecks, HostileTestCase):
+    MODE = "plan-unchecked-gap"
+
+
+class StitchedPlanViolationChecks(PlanViolationChecks):
+    """The same for a gzip client under esi_stitch, whose plan may name
+    segments: the response stays a whole, valid gzip stream."""
+
+    LOCATION = "esi_plan plans; esi_stitch on;"
+    HEADERS = {"Accept-Encoding": "gzip"}
+
+    def body(self):
+        headers, body = super().body()
+        self.assertEqual(headers.get("Content-Encoding"), "gzip")
+        return headers, gunzip(body)
+
+
+class PlanSegmentOutsideArenaTest(StitchedPlanViolationChecks,
+                                  HostileTestCase):
+    MODE = "plan-segment-outside-arena"
+
+
+class PlanPinOutOfRangeTest(StitchedPlanViolationChecks, HostileTestCase):
+    MODE = "plan-pin-out-of-range"
 
 
 class ViolationWithFallbackAbortTest(HostileTestCase):
