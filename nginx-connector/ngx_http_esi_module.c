@@ -4024,18 +4024,18 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
             ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                            "esi: no ESI in this object, as its plan said");
 
+            /* the response is the object, Content-Length, ETag and all */
+
             ctx->status = NGX_HTTP_ESI_STATUS_PROCESSED;
             ngx_http_esi_hide_surrogate_control(r);
 
-            goto processed;
+            return ngx_http_next_header_filter(r);
         }
     }
 
     if (ngx_http_esi_open(r, ctx) != NGX_OK) {
         return NGX_ERROR;
     }
-
-processed:
 
     ngx_http_clear_content_length(r);
     ngx_http_clear_accept_ranges(r);

@@ -112,7 +112,8 @@ class PlanTest(PlanTestCase):
 
     def test_a_page_without_esi_goes_out_as_it_is_once_its_plan_said_so(self):
         """Its plan is one run over the whole page: the worker that
-        replayed it serves later hits as with esi off, without esid."""
+        replayed it serves later hits as with esi off (the object as it
+        is, with its Content-Length), without esid."""
         body = "<html><body>" + "<p>plain &lt; text</p>\n" * 500 + \
             "</body></html>"
         self.origin.route("/plain", body,
@@ -125,6 +126,7 @@ class PlanTest(PlanTestCase):
             code, headers, got = self.get("/plain")
             self.assertEqual(got, body.encode())
             self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+            self.assertEqual(headers.get("Content-Length"), str(len(body)))
             self.assertIsNone(headers.get("Surrogate-Control"))
         after = self.stats_json()
         self.assertEqual((after["planned"], after["streams"]),
