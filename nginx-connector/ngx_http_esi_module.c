@@ -4481,7 +4481,9 @@ ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx)
 {
     uint32_t  hash;
 
-    hash = ngx_murmur_hash2(ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+    /* not ngx_murmur_hash2(): it shifts a byte into the sign bit (UBSan) */
+
+    hash = ngx_crc32_short(ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
 
     return &ngx_http_esi_daemon.plain[hash & (NGX_HTTP_ESI_PLAIN_OBJECTS - 1)];
 }
