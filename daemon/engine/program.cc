@@ -96,6 +96,22 @@ void Evaluator::step(const ProgramStep& step, std::vector<Instruction>& out) {
   }
 }
 
+void Evaluator::stepInto(const ProgramStep& step, std::string& text,
+                         std::string_view bytes, uint64_t base) {
+  std::vector<Instruction> none;  // choose, when and otherwise emit nothing
+  if (const auto* open = std::get_if<BlockOpen>(&step)) {
+    this->open(*open, none);
+  } else if (std::holds_alternative<BlockClose>(step)) {
+    close(none);
+  } else if (!emitting()) {
+    return;
+  } else if (const auto* run = std::get_if<VerbatimRun>(&step)) {
+    text.append(bytes.substr(run->offset - base, run->length));
+  } else if (const auto* literal = std::get_if<LiteralStep>(&step)) {
+    literal->value.renderTo(text, variables(), Escaping::HTML);
+  }
+}
+
 void Evaluator::include(const IncludeStep& step, std::vector<Instruction>& out) {
   if (step.resolved) {
     out.emplace_back(*step.resolved);

@@ -157,6 +157,13 @@ class Evaluator {
   // Appends what step emits for this request.  Steps come in stream order
   // and well nested, as the parser reports them.
   void step(const ProgramStep& step, std::vector<Instruction>& out);
+  // The same for a step of a span of a plan (values, runs and choose
+  // blocks, no include or try), whose output is one text: appends what it
+  // yields to text, a run's bytes taken from `bytes`, the body's from
+  // offset `base` on.  Saves a span the instructions it would be joined
+  // from.
+  void stepInto(const ProgramStep& step, std::string& text,
+                std::string_view bytes, uint64_t base);
 
  private:
   struct Frame {

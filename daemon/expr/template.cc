@@ -1,5 +1,7 @@
 #include "expr/template.h"
 
+#include <algorithm>
+
 namespace esi {
 namespace {
 
@@ -9,16 +11,25 @@ bool isUnreserved(char c) {
          c == '~';
 }
 
+bool isHtmlSpecial(char c) {
+  return c == '&' || c == '<' || c == '>' || c == '"' || c == '\'';
+}
+
+// Runs without a special byte go out whole: values are mostly plain words.
 void appendHtmlEscaped(std::string& out, std::string_view value) {
-  for (const char c : value) {
-    switch (c) {
+  for (;;) {
+    const size_t special = static_cast<size_t>(
+        std::find_if(value.begin(), value.end(), isHtmlSpecial) - value.begin());
+    out.append(value.substr(0, special));
+    if (special == value.size()) return;
+    switch (value[special]) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      default: out += "&#39;"; break;
     }
+    value.remove_prefix(special + 1);
   }
 }
 

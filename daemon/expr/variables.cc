@@ -67,19 +67,21 @@ int hexValue(char c) {
 }
 
 // application/x-www-form-urlencoded, as browsers write query strings: '+'
-// is a space; an invalid escape stays as written.
-void appendFormDecoded(std::string& out, std::string_view in) {
+// is a space; an invalid escape stays as written.  Writes at most
+// in.size() bytes at out; returns their end.
+char* formDecode(char* out, std::string_view in) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i] == '+') {
-      out += ' ';
+      *out++ = ' ';
     } else if (in[i] == '%' && i + 2 < in.size() &&
                hexValue(in[i + 1]) >= 0 && hexValue(in[i + 2]) >= 0) {
-      out += static_cast<char>(hexValue(in[i + 1]) * 16 + hexValue(in[i + 2]));
+      *out++ = static_cast<char>(hexValue(in[i + 1]) * 16 + hexValue(in[i + 2]));
       i += 2;
     } else {
-      out += in[i];
+      *out++ = in[i];
     }
   }
+  return out;
 }
 
 // A language range with its parameters; q=0 means "not acceptable".
@@ -138,12 +140,14 @@ std::string_view versionAfter(std::string_view userAgent,
              : versionAt(userAgent, at + product.size());
 }
 
-// Stable by name, so the first of several entries of one name comes first.
+// By name, and within a name in the order sent: entries are views into one
+// buffer filled in header order, so their addresses are that order.
 template <typename Entry>
 void sortByName(std::vector<Entry>& entries) {
-  std::stable_sort(
-      entries.begin(), entries.end(),
-      [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.name != b.name ? a.name < b.name
+                            : std::less<>()(a.name.data(), b.name.data());
+  });
 }
 
 }  // namespace
@@ -181,14 +185,33 @@ bool CookieAllowList::allows(std::string_view name) const {
 
 RequestVariables::RequestVariables(const RequestInputs& inputs,
                                    const CookieAllowList& cookies,
-                                   RequestLimits limits)
-    : host_(whole(inputs.host, limits.maxInputBytes)),
-      referer_(whole(inputs.referer, limits.maxInputBytes)),
-      userAgent_(whole(inputs.userAgent, limits.maxInputBytes)),
-      acceptLanguage_(
-          wholeEntries(inputs.acceptLanguage, limits.maxInputBytes, ',')),
-      queryString_(
-          wholeEntries(inputs.queryString, limits.maxInputBytes, '&')) {
+                                   RequestLimits limits) {
+  const size_t limit = limits.maxInputBytes;
+  const std::string_view host = whole(inputs.host, limit);
+  const std::string_view referer = whole(inputs.referer, limit);
+  const std::string_view userAgent = whole(inputs.userAgent, limit);
+  const std::string_view acceptLanguage =
+      wholeEntries(inputs.acceptLanguage, limit, ',');
+  const std::string_view queryString =
+      wholeEntries(inputs.queryString, limit, '&');
+  const std::string_view cookie = wholeEntries(inputs.cookie, limit, ';');
+
+  // One allocation holds every value: the inputs, the allowed cookies joined
+  // (no longer than the header with a space added per ';') and the decoded
+  // query (no longer than the query).  It never grows, so views into it hold.
+  const size_t cookieSeparators =
+      static_cast<size_t>(std::count(cookie.begin(), cookie.end(), ';'));
+  bytes_.reset(host.size() + referer.size() + userAgent.size() +
+               acceptLanguage.size() + 2 * queryString.size() + cookie.size() +
+               cookieSeparators);
+  host_ = bytes_.keep(host);
+  referer_ = bytes_.keep(referer);
+  userAgent_ = bytes_.keep(userAgent);
+  acceptLanguage_ = bytes_.keep(acceptLanguage);
+  queryString_ = bytes_.keep(queryString);
+
+  languageRanges_.reserve(static_cast<size_t>(
+      std::count(acceptLanguage_.begin(), acceptLanguage_.end(), ',')) + 1);
   forEachEntry(acceptLanguage_, ',', [&](std::string_view entry) {
     const size_t semicolon = std::min(entry.find(';'), entry.size());
     const std::string_view range = trim(entry.substr(0, semicolon));
@@ -197,50 +220,35 @@ RequestVariables::RequestVariables(const RequestInputs& inputs,
     }
   });
 
-  // Entries are views into a string still being built: offsets until then.
-  struct Span {
-    size_t name, nameLength, value, valueLength;
-  };
-  std::vector<Span> spans;
-
-  forEachEntry(wholeEntries(inputs.cookie, limits.maxInputBytes, ';'), ';',
-               [&](std::string_view cookie) {
-                 const size_t equals = cookie.find('=');
-                 if (equals == std::string_view::npos) return;
-                 const std::string_view name = trim(cookie.substr(0, equals));
-                 const std::string_view value = trim(cookie.substr(equals + 1));
-                 if (name.empty() || !cookies.allows(name)) return;
-                 if (!allowedCookies_.empty()) allowedCookies_ += "; ";
-                 spans.push_back({allowedCookies_.size(), name.size(),
-                                  allowedCookies_.size() + name.size() + 1,
-                                  value.size()});
-                 allowedCookies_.append(name).append(1, '=').append(value);
-               });
-  for (const Span& s : spans) {
-    const std::string_view all = allowedCookies_;
-    cookies_.push_back({all.substr(s.name, s.nameLength),
-                        all.substr(s.value, s.valueLength)});
-  }
+  const char* const cookiesStart = bytes_.end();
+  cookies_.reserve(cookieSeparators + 1);
+  forEachEntry(cookie, ';', [&](std::string_view entry) {
+    const size_t equals = entry.find('=');
+    if (equals == std::string_view::npos) return;
+    const std::string_view name = trim(entry.substr(0, equals));
+    const std::string_view value = trim(entry.substr(equals + 1));
+    if (name.empty() || !cookies.allows(name)) return;
+    if (!cookies_.empty()) bytes_.keep("; ");
+    const std::string_view kept = bytes_.keep(name);
+    bytes_.keep("=");
+    cookies_.push_back({kept, bytes_.keep(value)});
+  });
+  allowedCookies_ = std::string_view(
+      cookiesStart, static_cast<size_t>(bytes_.end() - cookiesStart));
   sortByName(cookies_);
 
-  spans.clear();
+  parameters_.reserve(static_cast<size_t>(std::count(
+                          queryString_.begin(), queryString_.end(), '&')) + 1);
   forEachEntry(queryString_, '&', [&](std::string_view parameter) {
     const size_t equals = std::min(parameter.find('='), parameter.size());
-    Span s{queryDecoded_.size(), 0, 0, 0};
-    appendFormDecoded(queryDecoded_, parameter.substr(0, equals));
-    s.nameLength = queryDecoded_.size() - s.name;
-    s.value = queryDecoded_.size();
-    if (equals < parameter.size()) {
-      appendFormDecoded(queryDecoded_, parameter.substr(equals + 1));
-    }
-    s.valueLength = queryDecoded_.size() - s.value;
-    spans.push_back(s);
+    const std::string_view name =
+        bytes_.keepFormDecoded(parameter.substr(0, equals));
+    const std::string_view value =
+        equals < parameter.size()
+            ? bytes_.keepFormDecoded(parameter.substr(equals + 1))
+            : std::string_view();
+    parameters_.push_back({name, value});
   });
-  for (const Span& s : spans) {
-    const std::string_view all = queryDecoded_;
-    parameters_.push_back({all.substr(s.name, s.nameLength),
-                           all.substr(s.value, s.valueLength)});
-  }
   sortByName(parameters_);
 
   const std::string_view ua = userAgent_;
@@ -313,6 +321,31 @@ std::string_view RequestVariables::value(const VariableRef& ref) const {
       break;
   }
   return {};
+}
+
+void RequestVariables::Buffer::reset(size_t capacity) {
+  bytes_ = std::make_unique_for_overwrite<char[]>(capacity);
+  capacity_ = capacity;
+  size_ = 0;
+}
+
+std::string_view RequestVariables::Buffer::keep(std::string_view value) {
+  // The constructor sized it for everything; more would be a bug, and is
+  // left out rather than written past the end.
+  if (value.size() > capacity_ - size_) return {};
+  char* at = bytes_.get() + size_;
+  std::copy(value.begin(), value.end(), at);
+  size_ += value.size();
+  return {at, value.size()};
+}
+
+std::string_view RequestVariables::Buffer::keepFormDecoded(
+    std::string_view value) {
+  if (value.size() > capacity_ - size_) return {};
+  char* at = bytes_.get() + size_;
+  const char* end = formDecode(at, value);
+  size_ += static_cast<size_t>(end - at);
+  return {at, static_cast<size_t>(end - at)};
 }
 
 }  // namespace esi

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -131,16 +132,31 @@ class RequestVariables {
   static std::string_view first(const std::vector<Entry>& sorted,
                                 std::string_view name);
 
-  std::string host_;
-  std::string referer_;
-  std::string userAgent_;
-  std::string acceptLanguage_;
-  std::vector<std::string_view> languageRanges_;  // q > 0, into the above
-  std::string allowedCookies_;     // what HTTP_COOKIE shows
-  std::vector<Entry> cookies_;     // sorted by name, stable; into the above
-  std::string queryString_;
-  std::string queryDecoded_;       // every name and value, decoded
-  std::vector<Entry> parameters_;  // sorted by name, stable; into the above
+  // Bytes of a size fixed when it is made, kept whole: views of what it
+  // keeps stay valid for its life.
+  class Buffer {
+   public:
+    void reset(size_t capacity);
+    std::string_view keep(std::string_view value);
+    std::string_view keepFormDecoded(std::string_view value);
+    const char* end() const { return bytes_.get() + size_; }
+
+   private:
+    std::unique_ptr<char[]> bytes_;
+    size_t capacity_ = 0;
+    size_t size_ = 0;
+  };
+
+  Buffer bytes_;  // every view below is into it
+  std::string_view host_;
+  std::string_view referer_;
+  std::string_view userAgent_;
+  std::string_view acceptLanguage_;
+  std::vector<std::string_view> languageRanges_;  // q > 0
+  std::string_view allowedCookies_;  // what HTTP_COOKIE shows
+  std::vector<Entry> cookies_;       // sorted by name, stable
+  std::string_view queryString_;
+  std::vector<Entry> parameters_;    // sorted by name, decoded; stable
   std::string_view browser_ = "OTHER";
   std::string_view os_ = "OTHER";
   std::string_view browserVersion_;  // into userAgent_

@@ -208,21 +208,12 @@ void Plan::evaluate(const PageAddress& page, const RequestValues& values,
       }
       continue;
     }
-    // Evaluated as ever, then joined: its runs are its check's bytes.
-    std::vector<Instruction>& parts = out.span_;
-    parts.clear();
-    for (; i < span->to; ++i) evaluator.step(program[i], parts);
-    --i;
+    // One text: its runs are its check's bytes.
     const PlanCheck& check = checks[span->check];
     std::string text;
     text.reserve(check.bytes.size());  // about its size: values replace references
-    for (const Instruction& part : parts) {
-      if (const auto* run = std::get_if<VerbatimRun>(&part)) {
-        text.append(check.bytes, run->offset - check.offset, run->length);
-      } else {
-        text += std::get<LiteralText>(part).bytes;  // a span has no include or try
-      }
-    }
+    for (; i < span->to; ++i) evaluator.stepInto(program[i], text, check.bytes, check.offset);
+    --i;
     if (!text.empty()) instructions.emplace_back(LiteralText{std::move(text)});
     ++span;
   }

@@ -113,7 +113,6 @@ class PlanEvaluation {
   std::vector<Instruction> instructions_;
   // Each check that starts a gap: before instructions_[first].
   std::vector<std::pair<size_t, const PlanCheck*>> checks_;
-  std::vector<Instruction> span_;  // one span's, before they are joined
 };
 
 struct Plan {
