@@ -58,8 +58,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # same target as "esi", measured again in the same round: the A/A arm.
 # "esiplan" is the same nginx configuration with parse plans on (esi_plan),
 # "esistitch" with plans and gzip stitching (esi_stitch).
+# "origin" is one fragment fetched from the origin itself, with the same
+# wrk: the ceiling of a 1-fragment row, which no ESI server can pass.
 MAIN_ARMS = ("esi", "esiplan", "esistitch", "varnish", "ssi", "noesi",
-             "esi-aa")
+             "origin", "esi-aa")
 COST_ARMS = ("esi-off", "esi-on", "esi-plan", "esi-on-aa")
 ARM_LABEL = {
     "esi": "esid + module",
@@ -70,6 +72,7 @@ ARM_LABEL = {
     "varnish": "Varnish 7.1",
     "ssi": "nginx SSI",
     "noesi": "nginx, no ESI",
+    "origin": "one fragment from the origin",
     "esi-off": "esi off",
     "esi-on": "esi on",
     "esi-on-aa": "esi on (A/A)",
@@ -626,6 +629,7 @@ class Bench:
                 self.urls[("main", row, "varnish")] = "/esi/" + name
                 self.urls[("main", row, "ssi")] = "/ssi/" + name
                 self.urls[("main", row, "noesi")] = "/flat/" + name
+                self.urls[("main", row, "origin")] = "/f%d/0" % d
         os.makedirs(os.path.join(www, "cost"), exist_ok=True)
         for size in COST_SIZES:
             for kind in COST_KINDS:
@@ -664,6 +668,7 @@ class Bench:
             "FRAGMENT_LOCATIONS": "\n".join(frags)}, strict=False)
         proc, self.origin_port = self.nginx(
             "origin", http, "load_module %s;" % ECHO_MODULE)
+        self.targets["origin"] = Target("origin", self.origin_port, [proc])
         log("origin   on 127.0.0.1:%d" % self.origin_port)
 
         module = os.path.join(a.build_dir, "ngx_http_esi_module.so")
@@ -946,8 +951,8 @@ def measure_rows(bench, rows, arms, resolve, accept_gzip, runs, duration,
             if arm.endswith("-aa"):
                 verified[arm] = verified[arm[:-3]]
                 continue
-            problem = bench.verify(target, path, expected, accept_gzip,
-                                   headers)
+            problem = bench.verify(target, path, expected,
+                                   accepts_gzip(arm, accept_gzip), headers)
             verified[arm] = problem
             if problem:
                 log("%s %s: DIFFERS, not timed: %s" % (
@@ -959,8 +964,9 @@ def measure_rows(bench, rows, arms, resolve, accept_gzip, runs, duration,
                 if verified[arm]:
                     continue
                 target, path, _ = resolve(row, arm)
-                collected[arm].append(bench.wrk(target, path, accept_gzip,
-                                                duration, headers))
+                collected[arm].append(bench.wrk(
+                    target, path, accepts_gzip(arm, accept_gzip), duration,
+                    headers))
         row_results = {}
         for arm in arms:
             if verified[arm]:
@@ -970,6 +976,11 @@ def measure_rows(bench, rows, arms, resolve, accept_gzip, runs, duration,
         results[row] = row_results
         print_row(row, arms, row_results)
     return results
+
+
+def accepts_gzip(arm, gzip_client):
+    """The origin arm asks for a fragment as the ESI servers do: plain."""
+    return gzip_client and arm != "origin"
 
 
 def row_label(row):
@@ -1124,7 +1135,7 @@ def write_results(args, info, main_res, cost_res, lang_res, started,
 TARGET_OF_ARM = {"esi": "esi", "esi-aa": "esi", "esiplan": "esiplan",
                  "esistitch": "esistitch",
                  "varnish": "varnish", "ssi": "ssi", "noesi": "noesi",
-                 "esi-off": "noesi", "esi-on": "esi", "esi-plan": "esiplan",
+                 "origin": "origin", "esi-off": "noesi", "esi-on": "esi", "esi-plan": "esiplan",
                  "esi-on-aa": "esi", "without": "esi", "with": "esi",
                  "with-aa": "esi"}
 
@@ -1171,19 +1182,22 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                  "delay, gzip-accepting client")
         L.append("")
         L.append("Requests per second (median), ratios against Varnish and "
-                 "against our own A/A arm:")
+                 "against our own A/A arm; the last three columns are one "
+                 "fragment fetched from the origin with the same wrk, the "
+                 "ceiling of a 1-fragment row:")
         L.append("")
         L.append("| N | D | esid + module | A/A | A/A drift | with plans | "
                  "plans + stitch | Varnish 7.1 | ours / Varnish | "
                  "with plans / Varnish | plans + stitch / Varnish | "
                  "nginx SSI | nginx, no ESI | ours / no ESI | "
-                 "faster (plans + stitch) |")
+                 "faster (plans + stitch) | one fragment from the origin | "
+                 "plans + stitch / it | Varnish / it |")
         L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-                 "---:|---:|---:|---|")
+                 "---:|---:|---:|---|---:|---:|---:|")
         for row, r in main_res.items():
             aa = ratio(r["esi"], r["esi-aa"])
             L.append("| %d | %d ms | %s | %s | %s | %s | %s | %s | %s | %s "
-                     "| %s | %s | %s | %s | %s |" % (
+                     "| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                          row[0], row[1],
                          cell(r["esi"], "rps", fmt),
                          cell(r["esi-aa"], "rps", fmt), pct(aa),
@@ -1196,7 +1210,10 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                          cell(r["ssi"], "rps", fmt),
                          cell(r["noesi"], "rps", fmt),
                          fmt_ratio(ratio(r["esi"], r["noesi"])),
-                         verdict(r["esistitch"], r["varnish"], aa)))
+                         verdict(r["esistitch"], r["varnish"], aa),
+                         cell(r["origin"], "rps", fmt),
+                         fmt_ratio(ratio(r["esistitch"], r["origin"])),
+                         fmt_ratio(ratio(r["varnish"], r["origin"]))))
         L.append("")
         L.append("Latency, p50 / p99 in ms (median of the runs):")
         L.append("")
@@ -1462,6 +1479,9 @@ def main():
 
         def resolve_main(row, arm):
             name = arm.replace("-aa", "")
+            if name == "origin":
+                return (targets[name], bench.urls[("main", row, name)],
+                        fragment_body("/f%d/0" % row[1]))
             return (targets[name], bench.urls[("main", row, name)],
                     bench.expected[("main", row)])
 
@@ -1489,7 +1509,8 @@ def main():
                 for row in matrix_rows:
                     for arm in arms[:-1]:
                         t, path, exp = resolve(row, arm)
-                        problem = bench.verify(t, path, exp, gzip_client,
+                        problem = bench.verify(t, path, exp,
+                                               accepts_gzip(arm, gzip_client),
                                                headers)
                         log("%-22s %-16s %s" % (row_label(row),
                                                 ARM_LABEL[arm],
