@@ -21,7 +21,7 @@ out=$results/$stamp-micro
          "Linux $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)," \
          "source ${ESI_SOURCE_DIR:-$root} ($(cd "$root" && git describe --always --dirty))"
 } >"$out.txt"
-for b in esi_parser_bench esi_ring_bench; do
+for b in esi_parser_bench esi_plan_bench esi_ring_bench; do
     "$build/$b" --benchmark_min_time=0.2 --benchmark_repetitions=3 \
         --benchmark_report_aggregates_only=true \
         --benchmark_out="$out-$b.json" --benchmark_out_format=json "$@" \
