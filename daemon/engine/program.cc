@@ -112,6 +112,12 @@ void Evaluator::stepInto(const ProgramStep& step, std::string& text,
   }
 }
 
+void Evaluator::renderInto(const Template& values, std::string& text) {
+  if (!emitting()) return;
+  static const RequestVariables none;  // for a template without references
+  values.renderTo(text, values.hasReferences() ? variables() : none, Escaping::HTML);
+}
+
 void Evaluator::include(const IncludeStep& step, std::vector<Instruction>& out) {
   if (step.resolved) {
     out.emplace_back(*step.resolved);

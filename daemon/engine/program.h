@@ -164,6 +164,9 @@ class Evaluator {
   // from.
   void stepInto(const ProgramStep& step, std::string& text,
                 std::string_view bytes, uint64_t base);
+  // Appends what a span's runs and values, joined into one HTML-escaped
+  // template, yield here.
+  void renderInto(const Template& values, std::string& text);
 
  private:
   struct Frame {

@@ -93,6 +93,13 @@ std::string Template::render(const RequestVariables& variables,
   return out;
 }
 
+void Template::append(const Template& other) {
+  for (const Slot& slot : other.slots_) {
+    slots_.push_back({text_.size() + slot.at, slot.reference});
+  }
+  text_ += other.text_;
+}
+
 size_t Template::bytes() const {
   size_t total = text_.capacity() + slots_.capacity() * sizeof(Slot);
   for (const Slot& slot : slots_) {

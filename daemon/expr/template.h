@@ -64,6 +64,10 @@ class Template {
 
   // False when the text holds no reference: it goes out as it is.
   bool hasReferences() const { return !slots_.empty(); }
+  // Extends it with text of its own (never read for references), or with
+  // another template: for one that renders several at once.
+  void appendText(std::string_view text) { text_ += text; }
+  void append(const Template& other);
 
   // Heap memory it holds, roughly: for the budget of whoever keeps it.
   size_t bytes() const;

@@ -74,7 +74,7 @@ std::optional<PlanSpan> spanFrom(const std::vector<ProgramStep>& program, size_t
       // It may end where a run starts, or at the end of the body after a
       // construct, outside its constructs.
       if (i > from && depth == 0 && (run != nullptr || end > last) && (runs > 0 || values > 1)) {
-        longest = PlanSpan{from, i, 0};
+        longest = PlanSpan{from, i, 0, std::nullopt};
       }
     }
     if (atEnd || !fitsSpan(program[i], depth)) break;
@@ -85,6 +85,22 @@ std::optional<PlanSpan> spanFrom(const std::vector<ProgramStep>& program, size_t
     values += std::holds_alternative<LiteralStep>(program[i]);
   }
   return longest;
+}
+
+// The span's runs and values as one template, when it holds nothing else.
+std::optional<Template> flatten(const std::vector<ProgramStep>& program, const PlanSpan& span,
+                                const PlanCheck& check) {
+  Template flat;
+  for (size_t i = span.from; i < span.to; ++i) {
+    if (const auto* run = std::get_if<VerbatimRun>(&program[i])) {
+      flat.appendText(std::string_view(check.bytes).substr(run->offset - check.offset, run->length));
+    } else if (const auto* literal = std::get_if<LiteralStep>(&program[i])) {
+      flat.append(literal->value);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return flat;
 }
 
 // Spans, each the longest from the first construct after the last.
@@ -149,6 +165,7 @@ size_t Plan::bytes() const {
     }
   }
   for (const PlanCheck& check : checks) total += heapBytes(check.bytes);
+  for (const PlanSpan& span : spans) total += span.flat ? span.flat->bytes() : 0;
   return total;
 }
 
@@ -212,7 +229,12 @@ void Plan::evaluate(const PageAddress& page, const RequestValues& values,
     const PlanCheck& check = checks[span->check];
     std::string text;
     text.reserve(check.bytes.size());  // about its size: values replace references
-    for (; i < span->to; ++i) evaluator.stepInto(program[i], text, check.bytes, check.offset);
+    if (span->flat) {
+      evaluator.renderInto(*span->flat, text);
+      i = span->to;
+    } else {
+      for (; i < span->to; ++i) evaluator.stepInto(program[i], text, check.bytes, check.offset);
+    }
     --i;
     if (!text.empty()) instructions.emplace_back(LiteralText{std::move(text)});
     ++span;
@@ -276,6 +298,7 @@ std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
     plan.checks.push_back(PlanCheck{gap.start, std::string(body.substr(gap.start, end - gap.start))});
     plan.checkBefore.push_back(gap.from);
   }
+  for (PlanSpan& s : plan.spans) s.flat = flatten(program, s, plan.checks[s.check]);
   plan.program = std::move(program);
   plan.length = body.size();
   return plan;

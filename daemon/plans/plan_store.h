@@ -85,6 +85,9 @@ struct PlanSpan {
   size_t from = 0;  // program[from, to)
   size_t to = 0;
   size_t check = 0;  // checks[check] is the span's bytes
+  // A span of runs and values only (no choose): all of them as one
+  // template, rendered at once rather than step by step.
+  std::optional<Template> flat;
 };
 
 // One request's evaluation of a plan: what the worker replays
