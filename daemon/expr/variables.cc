@@ -210,16 +210,6 @@ RequestVariables::RequestVariables(const RequestInputs& inputs,
   acceptLanguage_ = bytes_.keep(acceptLanguage);
   queryString_ = bytes_.keep(queryString);
 
-  languageRanges_.reserve(static_cast<size_t>(
-      std::count(acceptLanguage_.begin(), acceptLanguage_.end(), ',')) + 1);
-  forEachEntry(acceptLanguage_, ',', [&](std::string_view entry) {
-    const size_t semicolon = std::min(entry.find(';'), entry.size());
-    const std::string_view range = trim(entry.substr(0, semicolon));
-    if (!range.empty() && isAcceptable(entry.substr(semicolon))) {
-      languageRanges_.push_back(range);
-    }
-  });
-
   const char* const cookiesStart = bytes_.end();
   cookies_.reserve(cookieSeparators + 1);
   forEachEntry(cookie, ';', [&](std::string_view entry) {
@@ -236,7 +226,29 @@ RequestVariables::RequestVariables(const RequestInputs& inputs,
   allowedCookies_ = std::string_view(
       cookiesStart, static_cast<size_t>(bytes_.end() - cookiesStart));
   sortByName(cookies_);
+}
 
+// Cookies are read at once (the allow list need not outlive this object);
+// the other lists and the User-Agent when a variable first asks for them,
+// so that a request pays only for the variables its page reads.
+
+void RequestVariables::readLanguages() const {
+  if (languagesRead_) return;
+  languagesRead_ = true;
+  languageRanges_.reserve(static_cast<size_t>(
+      std::count(acceptLanguage_.begin(), acceptLanguage_.end(), ',')) + 1);
+  forEachEntry(acceptLanguage_, ',', [&](std::string_view entry) {
+    const size_t semicolon = std::min(entry.find(';'), entry.size());
+    const std::string_view range = trim(entry.substr(0, semicolon));
+    if (!range.empty() && isAcceptable(entry.substr(semicolon))) {
+      languageRanges_.push_back(range);
+    }
+  });
+}
+
+void RequestVariables::readQuery() const {
+  if (queryRead_) return;
+  queryRead_ = true;
   parameters_.reserve(static_cast<size_t>(std::count(
                           queryString_.begin(), queryString_.end(), '&')) + 1);
   forEachEntry(queryString_, '&', [&](std::string_view parameter) {
@@ -250,7 +262,11 @@ RequestVariables::RequestVariables(const RequestInputs& inputs,
     parameters_.push_back({name, value});
   });
   sortByName(parameters_);
+}
 
+void RequestVariables::readUserAgent() const {
+  if (userAgentRead_) return;
+  userAgentRead_ = true;
   const std::string_view ua = userAgent_;
   if (contains(ua, "MSIE ")) {
     browser_ = "MSIE";
@@ -289,6 +305,7 @@ std::string_view RequestVariables::first(const std::vector<Entry>& sorted,
 
 std::string_view RequestVariables::acceptsLanguage(std::string_view tag) const {
   if (tag.empty()) return "false";
+  readLanguages();
   return std::any_of(
              languageRanges_.begin(), languageRanges_.end(),
              [&](std::string_view range) { return rangeMatches(range, tag); })
@@ -297,6 +314,7 @@ std::string_view RequestVariables::acceptsLanguage(std::string_view tag) const {
 }
 
 std::string_view RequestVariables::userAgentKey(std::string_view key) const {
+  readUserAgent();
   if (key == "browser") return browser_;
   if (key == "os") return os_;
   if (key == "version") return browserVersion_;
@@ -316,7 +334,9 @@ std::string_view RequestVariables::value(const VariableRef& ref) const {
     case Variable::HTTP_USER_AGENT:
       return ref.hasKey ? userAgentKey(ref.key) : userAgent_;
     case Variable::QUERY_STRING:
-      return ref.hasKey ? first(parameters_, ref.key) : queryString_;
+      if (!ref.hasKey) return queryString_;
+      readQuery();
+      return first(parameters_, ref.key);
     case Variable::UNKNOWN:
       break;
   }

@@ -18,8 +18,9 @@
 // largest default header line): Host, Referer and User-Agent longer than that
 // are taken as absent; of Cookie, Accept-Language and the query string only the
 // entries that end within the first 8 KiB count, so no value is ever cut short.
-// Building a RequestVariables is O(n log n) in its inputs, a lookup O(log n)
-// (Accept-Language: linear in its ranges).
+// Each input is read once, the first time a variable needs it (the cookies
+// at once): O(n log n) in its size; a lookup is O(log n) (Accept-Language:
+// linear in its ranges).
 
 #pragma once
 
@@ -129,6 +130,9 @@ class RequestVariables {
   };
   std::string_view acceptsLanguage(std::string_view tag) const;
   std::string_view userAgentKey(std::string_view key) const;
+  void readLanguages() const;
+  void readQuery() const;
+  void readUserAgent() const;
   static std::string_view first(const std::vector<Entry>& sorted,
                                 std::string_view name);
 
@@ -147,19 +151,24 @@ class RequestVariables {
     size_t size_ = 0;
   };
 
-  Buffer bytes_;  // every view below is into it
+  // Every view below is into it; the lists read on first use are kept
+  // in it then.
+  mutable Buffer bytes_;
   std::string_view host_;
   std::string_view referer_;
   std::string_view userAgent_;
   std::string_view acceptLanguage_;
-  std::vector<std::string_view> languageRanges_;  // q > 0
+  mutable bool languagesRead_ = false;
+  mutable std::vector<std::string_view> languageRanges_;  // q > 0
   std::string_view allowedCookies_;  // what HTTP_COOKIE shows
   std::vector<Entry> cookies_;       // sorted by name, stable
   std::string_view queryString_;
-  std::vector<Entry> parameters_;    // sorted by name, decoded; stable
-  std::string_view browser_ = "OTHER";
-  std::string_view os_ = "OTHER";
-  std::string_view browserVersion_;  // into userAgent_
+  mutable bool queryRead_ = false;
+  mutable std::vector<Entry> parameters_;  // sorted by name, decoded; stable
+  mutable bool userAgentRead_ = false;
+  mutable std::string_view browser_ = "OTHER";
+  mutable std::string_view os_ = "OTHER";
+  mutable std::string_view browserVersion_;  // into userAgent_
 };
 
 }  // namespace esi
