@@ -310,10 +310,12 @@ TEST(PlanEvaluation, TryInPlanKeepsItsMarkers) {
 
 // Random pages of every construct, each planned once and evaluated for
 // several requests: the worker accepts every evaluation, and it says what
-// parsing the page for that request says.
+// parsing the page for that request says.  Text of 150 bytes makes runs
+// long enough to end spans, inside constructs too (a branch not chosen
+// that holds a span of values).
 TEST(PlanEvaluation, EveryEvaluationIsAcceptedByTheWorkerAndMatchesAParse) {
   const std::vector<std::string> pieces = {
-      "text", "<esi:choose>", "</esi:choose>", "<esi:when test=\"$(HTTP_COOKIE{a})=='1'\">",
+      "text", std::string(150, 'l'), "<esi:choose>", "</esi:choose>", "<esi:when test=\"$(HTTP_COOKIE{a})=='1'\">",
       "<esi:when test=\"$(HTTP_COOKIE{b})\">", "<esi:when test=\"bad\">", "</esi:when>",
       "<esi:otherwise>", "</esi:otherwise>", "<esi:try>", "</esi:try>", "<esi:attempt>",
       "</esi:attempt>", "<esi:except>", "</esi:except>", "<esi:vars>", "</esi:vars>",
