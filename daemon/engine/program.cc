@@ -11,6 +11,12 @@ const CookieAllowList& everyCookie() {
   return all;
 }
 
+// For what reads no variable: built without a request.
+const RequestVariables& noRequest() {
+  static const RequestVariables none;
+  return none;
+}
+
 void appendEncodedWhole(std::string& out, std::string_view value) {
   static constexpr char HEX[] = "0123456789ABCDEF";
   for (const char c : value) {
@@ -79,14 +85,21 @@ const RequestVariables& Evaluator::variables() {
   return *variables_;
 }
 
-void Evaluator::step(const ProgramStep& step, std::vector<Instruction>& out) {
+bool Evaluator::emits(const ProgramStep& step, std::vector<Instruction>& out) {
   if (const auto* open = std::get_if<BlockOpen>(&step)) {
     this->open(*open, out);
-  } else if (std::holds_alternative<BlockClose>(step)) {
+    return false;
+  }
+  if (std::holds_alternative<BlockClose>(step)) {
     close(out);
-  } else if (!emitting()) {
-    return;
-  } else if (const auto* run = std::get_if<VerbatimRun>(&step)) {
+    return false;
+  }
+  return emitting();
+}
+
+void Evaluator::step(const ProgramStep& step, std::vector<Instruction>& out) {
+  if (!emits(step, out)) return;
+  if (const auto* run = std::get_if<VerbatimRun>(&step)) {
     appendVerbatim(out, run->offset, run->length);
   } else if (const auto* literal = std::get_if<LiteralStep>(&step)) {
     std::string text = literal->value.render(variables(), Escaping::HTML);
@@ -99,13 +112,8 @@ void Evaluator::step(const ProgramStep& step, std::vector<Instruction>& out) {
 void Evaluator::stepInto(const ProgramStep& step, std::string& text,
                          std::string_view bytes, uint64_t base) {
   std::vector<Instruction> none;  // choose, when and otherwise emit nothing
-  if (const auto* open = std::get_if<BlockOpen>(&step)) {
-    this->open(*open, none);
-  } else if (std::holds_alternative<BlockClose>(step)) {
-    close(none);
-  } else if (!emitting()) {
-    return;
-  } else if (const auto* run = std::get_if<VerbatimRun>(&step)) {
+  if (!emits(step, none)) return;
+  if (const auto* run = std::get_if<VerbatimRun>(&step)) {
     text.append(bytes.substr(run->offset - base, run->length));
   } else if (const auto* literal = std::get_if<LiteralStep>(&step)) {
     literal->value.renderTo(text, variables(), Escaping::HTML);
@@ -114,8 +122,7 @@ void Evaluator::stepInto(const ProgramStep& step, std::string& text,
 
 void Evaluator::renderInto(const Template& values, std::string& text) {
   if (!emitting()) return;
-  static const RequestVariables none;  // for a template without references
-  values.renderTo(text, values.hasReferences() ? variables() : none, Escaping::HTML);
+  values.renderTo(text, values.hasReferences() ? variables() : noRequest(), Escaping::HTML);
 }
 
 void Evaluator::include(const IncludeStep& step, std::vector<Instruction>& out) {
@@ -160,11 +167,10 @@ void Evaluator::open(const BlockOpen& step, std::vector<Instruction>& out) {
     case Block::WHEN:
     case Block::OTHERWISE: {
       // The parser puts branches directly inside their choose.
-      static const RequestVariables none;
       const bool chosen =
           parent != nullptr && parent->context && !parent->decided &&
           (step.block == Block::OTHERWISE ||
-           step.test.evaluate(step.testReadsRequest ? variables() : none));
+           step.test.evaluate(step.testReadsRequest ? variables() : noRequest()));
       if (chosen) parent->decided = true;
       frames_.push_back({step.block, chosen, chosen});
       return;

@@ -177,6 +177,9 @@ class Evaluator {
   };
 
   bool emitting() const { return frames_.empty() || frames_.back().emitting; }
+  // Applies a block step (a try's markers go to out); true when step is
+  // content that goes out here.
+  bool emits(const ProgramStep& step, std::vector<Instruction>& out);
   const RequestVariables& variables();
   void include(const IncludeStep& step, std::vector<Instruction>& out);
   void open(const BlockOpen& step, std::vector<Instruction>& out);
