@@ -5424,7 +5424,12 @@ ngx_http_esi_verbatim(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
         to = ngx_min(end, h->end);
 
-        if (to - offset <= NGX_HTTP_ESI_PACK_MAX) {
+        /*
+         * an attempt's output waits for its outcome: a copy, so that the
+         * body's buffers go on (held, a long attempt would stall its read)
+         */
+
+        if (to - offset <= NGX_HTTP_ESI_PACK_MAX || ctx->attempts) {
             if (ngx_http_esi_pack(r, ctx, h->start + (offset - h->offset),
                                   (size_t) (to - offset))
                 != NGX_OK)
@@ -6308,13 +6313,15 @@ ngx_http_esi_link(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
  * Small pieces of output (a value, the tags between a construct's values)
  * are copied one after another into a buffer of their own: linked apart,
  * each would cost a buf in every filter and an iovec in writev, more than
- * copying its few bytes.
+ * copying its few bytes.  A larger piece (an attempt's) gets a buffer of
+ * its size.
  */
 
 static ngx_int_t
 ngx_http_esi_pack(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     u_char *data, size_t len)
 {
+    size_t        size;
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
 
@@ -6330,14 +6337,16 @@ ngx_http_esi_pack(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
         b = cl->buf;
 
-        b->start = ngx_pnalloc(r->pool, NGX_HTTP_ESI_PACK_SIZE);
+        size = ngx_max(len, NGX_HTTP_ESI_PACK_SIZE);
+
+        b->start = ngx_pnalloc(r->pool, size);
         if (b->start == NULL) {
             return NGX_ERROR;
         }
 
         b->pos = b->start;
         b->last = b->start;
-        b->end = b->start + NGX_HTTP_ESI_PACK_SIZE;
+        b->end = b->start + size;
         b->temporary = 1;
 
         ctx->pack = b;

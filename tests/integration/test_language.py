@@ -312,6 +312,18 @@ class TryTest(LanguageTestCase):
                                      + "b"),
                          b"a" + big.encode() + b"b")
 
+    def test_an_attempt_longer_than_the_bodys_buffers_goes_out_whole(self):
+        # 400 KB of the page's own text held by the attempt: held as the
+        # body's buffers, they would stop the body being read
+        text = "<p>%s</p>" % ("y" * 200000)
+        body = "a" + attempt(text + include("/esi/x") + text) + "b"
+        expected = ("a" + text + "X" + text + "b").encode()
+        self.origin.route("/page", body)
+        for status in ("MISS", "HIT"):
+            _, headers, got = self.get("/page")
+            self.assertEqual(headers.get("X-Cache-Status"), status)
+            self.assertEqual(got, expected)
+
     def test_a_failing_nested_attempt_leaves_the_outer_one_whole(self):
         inner = attempt("i" + include("/esi/missing"), "I")
         self.assertEqual(
