@@ -79,6 +79,13 @@
 #define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
 #define NGX_HTTP_ESI_PLAIN_OBJECTS     1024 /* a power of two */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
+
+/*
+ * A plan's bytes from the check before a try to the try's end, all held at
+ * once while they are checked: at most two of NGINX's default output
+ * buffers (2 32k).  esid records no longer try (Plan::kMaxTryBytes, half).
+ */
+#define NGX_HTTP_ESI_TRY_AHEAD         32768
 #define NGX_HTTP_ESI_PLAN_BYTES        2048 /* room for checks and literals */
 #define NGX_HTTP_ESI_BATCH             16   /* links, bufs, insns allocated */
 #define NGX_HTTP_ESI_PACK_MAX          64   /* output copied, not linked */
@@ -298,6 +305,7 @@ typedef struct ngx_http_esi_ctx_s {
     ngx_http_esi_step_t       *steps;       /* the plan being replayed */
     ngx_uint_t                 nsteps;
     ngx_uint_t                 step;        /* the next one to run */
+    ngx_uint_t                 plan_ahead;  /* steps before it checked */
     off_t                      plan_pos;    /* run or skipped up to here */
     off_t                      plan_length;
     off_t                      base;        /* first byte esid parses */
@@ -614,6 +622,8 @@ static ngx_int_t ngx_http_esi_plan_segment(ngx_http_esi_ctx_t *ctx,
 static u_char *ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
     const uint8_t *bytes, size_t len);
 static ngx_int_t ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_plan_ahead(ngx_http_esi_ctx_t *ctx,
+    const char **why);
 static ngx_int_t ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at,
     const char *why);
 static ngx_uint_t ngx_http_esi_held_equal(ngx_http_esi_ctx_t *ctx,
@@ -2445,7 +2455,12 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
                          + (which - ESI_WIRE_PLAN_STEP_TRY_START_WHICH);
             step->offset = pos;
 
-            if (ngx_http_esi_try_insn(ctx, step->type) != NGX_OK) {
+            /* an outermost try is checked ahead from the check before it */
+
+            if ((step->type == NGX_HTTP_ESI_TRY_START && ctx->rx_tries == 0
+                 && checked != pos)
+                || ngx_http_esi_try_insn(ctx, step->type) != NGX_OK)
+            {
                 goto malformed;
             }
 
@@ -2462,6 +2477,7 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
     ctx->nsteps = list.count;
     ctx->step = 0;
+    ctx->plan_ahead = 0;
     ctx->plan_pos = 0;
     ctx->plan_length = (off_t) plan_length;
     ctx->plan_wait = 0;
@@ -2632,7 +2648,9 @@ static ngx_int_t
 ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 {
     off_t                  end, to;
+    ngx_int_t              rc;
     ngx_uint_t             n;
+    const char            *why;
     ngx_http_esi_step_t   *step;
     ngx_http_esi_insn_t   *insn;
     ngx_http_esi_plain_t  *plain;
@@ -2673,7 +2691,7 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
                 if (ctx->received < step->offset + (off_t) step->head_len) {
                     if (ctx->input_done) {
                         return ngx_http_esi_plan_drop(ctx, ctx->plan_pos,
-                                                      "the body is shorter");
+                                            "the body is shorter than planned");
                     }
 
                     goto released;
@@ -2683,7 +2701,7 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
                                              step->head_len))
                 {
                     return ngx_http_esi_plan_drop(ctx, step->offset,
-                                                  "a run differs");
+                                                "a run differs from the plan");
                 }
 
                 insn = ngx_http_esi_insn(ctx);
@@ -2725,7 +2743,7 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
             if (ctx->plan_pos < end) {
                 if (ctx->input_done) {
                     return ngx_http_esi_plan_drop(ctx, ctx->plan_pos,
-                                                  "the body is shorter");
+                                            "the body is shorter than planned");
                 }
 
                 goto released;
@@ -2734,20 +2752,18 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
             break;
 
         case NGX_HTTP_ESI_CHECK:
-            if (ctx->received < step->offset + step->length) {
-                if (ctx->input_done) {
-                    return ngx_http_esi_plan_drop(ctx, step->offset,
-                                                  "the body is shorter");
-                }
+            if (ctx->step < ctx->plan_ahead) {
+                break;
+            }
 
+            rc = ngx_http_esi_plan_ahead(ctx, &why);
+
+            if (rc == NGX_AGAIN) {
                 goto released;
             }
 
-            if (!ngx_http_esi_held_equal(ctx, step->offset, step->bytes,
-                                         (size_t) step->length))
-            {
-                return ngx_http_esi_plan_drop(ctx, step->offset,
-                                              "a construct differs");
+            if (rc != NGX_OK) {
+                return ngx_http_esi_plan_drop(ctx, step->offset, why);
             }
 
             break;
@@ -2793,7 +2809,7 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 
     if (ctx->received > ctx->plan_length) {
         return ngx_http_esi_plan_drop(ctx, ctx->plan_length,
-                                      "the body is longer");
+                                      "the body is longer than planned");
     }
 
     if (!ctx->input_done) {
@@ -2802,7 +2818,7 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 
     if (ctx->received < ctx->plan_length) {
         return ngx_http_esi_plan_drop(ctx, ctx->plan_pos,
-                                      "the body is shorter");
+                                      "the body is shorter than planned");
     }
 
     /* the whole body, as planned */
@@ -2851,10 +2867,92 @@ released:
 
 
 /*
+ * A construct's check, and, when tries follow it before the next run, the
+ * checks, runs and segment heads up to their end: all of them before any
+ * of it runs, so that the plan never stops matching inside a try (its
+ * attempt held here, it could not be handed to esid).  NGX_AGAIN: those
+ * bytes have not all arrived; NGX_DECLINED: the plan is dropped at the
+ * check, for "why".
+ */
+
+static ngx_int_t
+ngx_http_esi_plan_ahead(ngx_http_esi_ctx_t *ctx, const char **why)
+{
+    off_t                 need;
+    ngx_uint_t            i, end, depth, tries;
+    ngx_http_esi_step_t  *check, *step;
+
+    check = &ctx->steps[ctx->step];
+    need = check->offset + check->length;
+    depth = 0;
+    tries = 0;
+
+    for (end = ctx->step + 1; end < ctx->nsteps; end++) {
+        step = &ctx->steps[end];
+
+        if (step->type == NGX_HTTP_ESI_TRY_START) {
+            depth++;
+            tries = 1;
+
+        } else if (step->type == NGX_HTTP_ESI_TRY_END) {
+            depth--;
+
+        } else if (step->type == NGX_HTTP_ESI_CHECK
+                   || step->type == NGX_HTTP_ESI_VERBATIM)
+        {
+            if (depth == 0) {
+                break;
+            }
+
+            need = ngx_max(need, step->offset + step->length);
+        }
+    }
+
+    if (tries && need - check->offset > NGX_HTTP_ESI_TRY_AHEAD) {
+        *why = "a try is too long to check ahead";
+        return NGX_DECLINED;
+    }
+
+    if (ctx->received < need) {
+        if (ctx->input_done) {
+            *why = "the body is shorter than planned";
+            return NGX_DECLINED;
+        }
+
+        return NGX_AGAIN;
+    }
+
+    for (i = ctx->step; i < end; i++) {
+        step = &ctx->steps[i];
+
+        if (step->type == NGX_HTTP_ESI_CHECK
+            && !ngx_http_esi_held_equal(ctx, step->offset, step->bytes,
+                                        (size_t) step->length))
+        {
+            *why = "a construct differs from the plan";
+            return NGX_DECLINED;
+        }
+
+        if (step->type == NGX_HTTP_ESI_VERBATIM && step->segment.len
+            && !ngx_http_esi_held_equal(ctx, step->offset, step->head,
+                                        step->head_len))
+        {
+            *why = "a run differs from the plan";
+            return NGX_DECLINED;
+        }
+    }
+
+    ctx->plan_ahead = end;
+
+    return NGX_OK;
+}
+
+
+/*
  * The plan does not fit the body from "at" on: everything before went out
  * as planned, the rest goes to esid as a new stream that starts there (a
- * construct's start or the end of a run: outside any markup), telling esid
- * to forget the plan.
+ * construct's start or the end of a run: outside any markup, and never
+ * inside a try, see plan_ahead), telling esid to forget the plan.
  */
 
 static ngx_int_t
@@ -2865,20 +2963,9 @@ ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at, const char *why)
 
     d = &ngx_http_esi_daemon;
 
-    if (ctx->rx_tries) {
-
-        /* esid cannot parse from inside a try: it would not know it */
-
-        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
-                      "esi: plan dropped at byte %O inside a try: %s than "
-                      "planned, esi_fallback applies", at, why);
-        ngx_http_esi_fail(ctx);
-        return NGX_OK;
-    }
-
     ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
-                  "esi: plan dropped at byte %O: %s than planned, "
-                  "the rest is parsed", at, why);
+                  "esi: plan dropped at byte %O: %s, the rest is parsed",
+                  at, why);
 
     ctx->planned = 0;
     ctx->plan_failed = 1;

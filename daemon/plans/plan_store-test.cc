@@ -175,11 +175,12 @@ TEST(BuildPlan, IncludeInAnEmptyBodyHasNoCheck) {
 // --- Plans of pages with variables and constructs -----------------------------
 
 // Why the worker would refuse these steps (ngx_http_esi_plan's rules: runs
-// ascend within the body, and every byte skipped and every include follows
-// a check at the current position), or "".
+// ascend within the body, and every byte skipped, every include and every
+// outermost try follows a check at the current position), or "".
 std::string workerRefuses(const std::vector<PlanStep>& steps, uint64_t length) {
   uint64_t pos = 0;
   bool checked = false;  // a check at pos since the last run
+  int tries = 0;
   for (const PlanStep& step : steps) {
     if (const auto* run = std::get_if<VerbatimRun>(&step)) {
       if (run->offset < pos || (run->offset > pos && !checked) || run->offset > length ||
@@ -196,6 +197,11 @@ std::string workerRefuses(const std::vector<PlanStep>& steps, uint64_t length) {
       checked = true;
     } else if (std::holds_alternative<IncludeCall>(step) && !checked) {
       return describe(step) + " without a check at " + std::to_string(pos);
+    } else if (const auto* mark = std::get_if<TryMark>(&step)) {
+      if (*mark == TryMark::START && tries++ == 0 && !checked) {
+        return "try without a check at " + std::to_string(pos);
+      }
+      if (*mark == TryMark::END) --tries;
     }
   }
   if (pos < length && !checked) return "end skipped without a check at " + std::to_string(pos);
@@ -306,6 +312,22 @@ TEST(PlanEvaluation, TryInPlanKeepsItsMarkers) {
   EXPECT_EQ(withoutChecks(evaluate(*parsed.plan, {})),
             (std::vector<std::string>{"T+", "I(/a)", "T!", "V(71,1)", "T.", "V(95,1)"}));
   EXPECT_EQ(workerRefuses(evaluate(*parsed.plan, {}), body.size()), "");
+}
+
+// The worker checks a try whole before running it: a try it could not hold
+// at once is not recorded, nor are tries that follow one another without a
+// run between them, together too long.
+TEST(BuildPlan, ATryLongerThanTheWorkerChecksAheadIsNotRecorded) {
+  auto tryOf = [](size_t bytes) {
+    return "<esi:try><esi:attempt>" + std::string(bytes, 'a') +
+           "<esi:include src=\"/a\"/></esi:attempt><esi:except>e</esi:except></esi:try>";
+  };
+  const size_t half = Plan::kMaxTryBytes / 2;
+  EXPECT_TRUE(parse("<p>" + tryOf(half) + "</p>", {}).plan);
+  EXPECT_FALSE(parse("<p>" + tryOf(Plan::kMaxTryBytes) + "</p>", {}).plan);
+  EXPECT_FALSE(parse("<p>" + tryOf(Plan::kMaxTryBytes) , {}).plan);  // to the end
+  EXPECT_TRUE(parse(tryOf(half) + "<p>" + tryOf(half), {}).plan);
+  EXPECT_FALSE(parse(tryOf(half) + tryOf(half), {}).plan);
 }
 
 // Random pages of every construct, each planned once and evaluated for

@@ -33,6 +33,8 @@
 //                        arena's end
 //   plan-pin-out-of-range
 //                        ... by a plan whose pin names no slot of the table
+//   plan-try-unchecked   ... by a plan with a try after its run and no check
+//                        before it, which the worker could not check ahead
 //
 // With --after N the first N answers of each connection are honest, so the
 // violation comes in the middle of a stream.  Each violation is logged to
@@ -97,6 +99,7 @@ enum class Mode {
   kPlanUncheckedGap,
   kPlanSegmentOutsideArena,
   kPlanPinOutOfRange,
+  kPlanTryUnchecked,
 };
 
 // What wraps the one verbatim of a splice.
@@ -134,6 +137,7 @@ constexpr ModeName kModes[] = {
     {"plan-unchecked-gap", Mode::kPlanUncheckedGap},
     {"plan-segment-outside-arena", Mode::kPlanSegmentOutsideArena},
     {"plan-pin-out-of-range", Mode::kPlanPinOutOfRange},
+    {"plan-try-unchecked", Mode::kPlanTryUnchecked},
 };
 
 // What the honest try shape's except part would emit: never seen.
@@ -166,7 +170,7 @@ bool memfdMode(Mode mode) {
 // Honest with bodies; only the plans lie.
 bool planMode(Mode mode) {
   return mode == Mode::kPlanUncheckedGap || mode == Mode::kPlanSegmentOutsideArena ||
-         mode == Mode::kPlanPinOutOfRange;
+         mode == Mode::kPlanPinOutOfRange || mode == Mode::kPlanTryUnchecked;
 }
 
 // The fds of a Welcome the worker must refuse: a memfd with a valid header
@@ -479,6 +483,7 @@ void Connection::misbehave(uint32_t id, Stream& stream, bool last) {
     case Mode::kPlanUncheckedGap:
     case Mode::kPlanSegmentOutsideArena:
     case Mode::kPlanPinOutOfRange:
+    case Mode::kPlanTryUnchecked:
     case Mode::kShrunkenMemfd:
     case Mode::kUnsealedMemfd:
     case Mode::kWritableArena:
@@ -506,7 +511,9 @@ void Connection::lieInAPlan(uint32_t id, capnp::Data::Reader object) {
   response.setStream(id);
   auto plan = response.initPlan();
   plan.setLength(length);
-  auto verbatim = plan.initSteps(1)[0].initVerbatim();
+  const bool tries = options_.mode == Mode::kPlanTryUnchecked;
+  auto steps = plan.initSteps(tries ? 4 : 1);
+  auto verbatim = steps[0].initVerbatim();
   verbatim.setOffset(options_.mode == Mode::kPlanUncheckedGap ? 1 : 0);
   verbatim.setLength(options_.mode == Mode::kPlanUncheckedGap ? length - 1 : length);
   if (options_.mode == Mode::kPlanSegmentOutsideArena) {
@@ -518,6 +525,10 @@ void Connection::lieInAPlan(uint32_t id, capnp::Data::Reader object) {
     segment.setHead(kj::arrayPtr(head, sizeof(head)));
   } else if (options_.mode == Mode::kPlanPinOutOfRange) {
     plan.setPin(ESI_PIN_SLOTS + 1);
+  } else if (tries) {
+    steps[1].setTryStart();
+    steps[2].setTryExcept();
+    steps[3].setTryEnd();
   }
   pending_.push_back(record(message));
 }

@@ -241,6 +241,10 @@ class PlanUncheckedGapTest(PlanViolationChecks, HostileTestCase):
     MODE = "plan-unchecked-gap"
 
 
+class PlanTryUncheckedTest(PlanViolationChecks, HostileTestCase):
+    MODE = "plan-try-unchecked"
+
+
 class StitchedPlanViolationChecks(PlanViolationChecks):
     """The same for a gzip client under esi_stitch, whose plan may name
     segments: the response stays a whole, valid gzip stream."""

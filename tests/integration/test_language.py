@@ -535,10 +535,10 @@ class PlannedLanguageTest(PlanTestCase):
         self.assertTrue(poll(lambda: "plan dropped at byte %d: a construct "
                              "differs" % len(filler) in self.error_log()))
 
-    def test_a_plan_that_stops_matching_inside_a_try_falls_back(self):
-        # the include is checked inside the attempt: esid cannot parse from
-        # there, so the body passes through from where execution stood
-        # (the page is one buffer: nothing of the plan had run yet)
+    def test_a_plan_that_stops_matching_inside_a_try_drops_before_it(self):
+        # the include inside the attempt differs: the worker checks the try
+        # whole before running any of it, so the plan is dropped where the
+        # try's gap starts and esid parses the try
         head = "a" + "<esi:try><esi:attempt>" + "x" * 300
         tail = ('<esi:include src="/esi/a"/></esi:attempt>'
                 '<esi:except>E</esi:except></esi:try>b')
@@ -546,9 +546,10 @@ class PlannedLanguageTest(PlanTestCase):
         self.hit("/p", "a" + "x" * 300 + "Ab", "MISS")
         self.hit("/p", "a" + "x" * 300 + "Ab")
         self.rewrite_cached_body('src="/esi/a"', 'src="/esi/b"')
-        self.hit("/p", (head + tail).replace("/esi/a", "/esi/b"))
-        self.assertIn("inside a try", self.error_log())
-        self.assertEqual(self.esi_status(3), "passthrough")
+        self.hit("/p", "a" + "x" * 300 + "Bb")
+        self.assertTrue(poll(lambda: "plan dropped at byte 1: a construct "
+                             "differs" in self.error_log()))
+        self.assertEqual(self.esi_status(3), "processed")
 
     def test_a_planned_try_still_fails_over_per_request(self):
         # the fragment's fate is decided per delivery, not memoised

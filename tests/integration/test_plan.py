@@ -5,6 +5,7 @@ stops matching and the rest is parsed, so the response is always right."""
 
 import glob
 import os
+import re
 import unittest
 
 from harness import EsiTestCase, poll
@@ -235,6 +236,97 @@ class PlanDropInContextTest(PlanTestCase):
             '<!--esi %s<esi:include src="/esi/a"/><p>after</p> --><p>end</p>'
             % self.TEXT,
             " %sA<p>after</p> <p>end</p>" % self.TEXT)
+
+
+class PlanTryTest(PlanTestCase):
+    """A plan never stops matching inside <esi:try> (its attempt is held in
+    the worker, esid could not take it over): the worker checks each try
+    whole, from the check before it, before it runs any of it."""
+
+    LOCATION = "esi_plan plans; esi_cookies a;"
+    TEXT = "<p>%s</p>" % ("t" * 400)
+    TRY = ('<esi:try><esi:attempt>' + TEXT + INCLUDES[0] + TEXT +
+           INCLUDES[2] + TEXT + '</esi:attempt><esi:except>' + TEXT +
+           INCLUDES[1] + '</esi:except></esi:try>')
+
+    @staticmethod
+    def tried(body):
+        """The page assembled, its attempts succeeding."""
+        return assembled(re.sub(
+            r"</esi:attempt><esi:except>.*?</esi:except></esi:try>", "",
+            body).replace("<esi:try><esi:attempt>", ""))
+
+    def test_a_construct_that_differs_inside_a_try_drops_the_plan_before_it(
+            self):
+        body = self.TEXT + self.TRY + self.TEXT + INCLUDES[4] + self.TEXT
+        self.origin.route("/p", body)
+        self.hit("/p", self.tried(body), "MISS")
+        start = body.index("<esi:try>")
+        inside = [
+            ("<esi:try><esi:attempt>", "<esi:try><esi:ATTEMPT>"),
+            (INCLUDES[0], '<esi:include src="/esi/c"/>'),
+            ("<esi:remove>gone</esi:remove>", "<esi:remove>GONE</esi:remove>"),
+            ("</esi:attempt><esi:except>", "</esi:attempt><esi:EXCEPT>"),
+            (INCLUDES[1], '<esi:include src="/esi/c"/>'),
+            ("</esi:except></esi:try>", "</esi:except></esi:TRY>"),
+        ]
+        for n, (old, new) in enumerate(inside, 1):
+            self.hit("/p", self.tried(body))   # records
+            self.hit("/p", self.tried(body))   # replays
+            restore = self.rewrite_cached_body(old, new)
+            _, _, got = self.get("/p")
+            self.assertEqual(got, self.parsed(body.replace(old, new)), old)
+            self.assertTrue(poll(lambda: self.error_log().count(
+                "plan dropped at byte %d: a construct differs" % start)
+                == n), old)
+            restore()
+        self.assertNotIn("esi_fallback", self.error_log())
+
+    def parsed(self, body):
+        """The page as esid parses it, with the plan off."""
+        self.origin.route("/parsed", body, headers=[("Cache-Control",
+                                                     "no-store")])
+        _, headers, got = self.get("/parsed")
+        self.assertNotEqual(headers.get("X-Cache-Status"), "HIT")
+        return got
+
+    def test_tries_across_the_bodys_buffers_replay(self):
+        # 300 KB of tries between runs: some tries straddle the buffers the
+        # cache file is read in, so their check waits for the next one
+        body = "".join("<p>%d %s</p>" % (i, "x" * 7000) + self.TRY
+                       for i in range(40))
+        self.origin.route("/big", body)
+        for status in ("MISS", "HIT", "HIT", "HIT"):
+            self.hit("/big", self.tried(body), status)
+        self.assertEqual(self.counters()[0], 2)
+        self.assertNotIn("plan dropped", self.error_log())
+
+    def test_a_try_a_request_makes_too_long_to_check_ahead_is_parsed(self):
+        # esid's limit counts the run in the branch; a request that does not
+        # choose it leaves the try's check 36 KB ahead of its end
+        branch = ('<esi:choose><esi:when test="$(HTTP_COOKIE{a})==\'1\'">'
+                  + "w" * 25000 + "</esi:when></esi:choose>")
+        long_try = self.TRY.replace(self.TEXT, self.TEXT * 5)   # ~10 KB
+        body = self.TEXT + branch + long_try + self.TEXT
+        chosen = {"Cookie": "a=1"}
+        expected = self.tried(re.sub("<esi:choose>.*</esi:choose>", "", body))
+        self.origin.route("/choice", body)
+        for status in ("MISS", "HIT", "HIT"):     # the second replays
+            _, headers, got = self.get("/choice", chosen)
+            self.assertEqual(headers.get("X-Cache-Status"), status)
+        self.assertEqual(self.counters()[0], 1)
+        self.hit("/choice", expected)
+        self.assertTrue(poll(lambda: "plan dropped at byte %d: a try is too "
+                             "long to check ahead" % len(self.TEXT)
+                             in self.error_log()))
+
+    def test_a_try_too_long_to_check_ahead_is_not_planned(self):
+        long_try = self.TRY.replace(self.TEXT, self.TEXT * 12)   # ~24 KB
+        body = self.TEXT + long_try + self.TEXT
+        self.origin.route("/long", body)
+        for status in ("MISS", "HIT", "HIT", "HIT"):
+            self.hit("/long", self.tried(body), status)
+        self.assertEqual(self.counters()[0], 0)
 
 
 class TinyZoneTest(PlanTestCase):

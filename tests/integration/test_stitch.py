@@ -210,6 +210,28 @@ class StitchMismatchTest(StitchTestCase):
         self.assertIn("a construct differs", self.error_log())
         restore()
 
+    def test_a_construct_that_differs_inside_a_try(self):
+        # the try is checked whole before any of it runs: the plan is
+        # dropped before it, its runs are deflated live, and what came
+        # before went out as its segment
+        runs = runs_of("t")
+        body = (runs[0] + "<esi:try><esi:attempt>" + runs[1] + CONSTRUCTS[0]
+                + runs[2] + "</esi:attempt><esi:except>" + runs[3]
+                + "</esi:except></esi:try>" + runs[4])
+        expected = runs[0] + runs[1] + "A" + runs[2] + runs[4]
+        self.origin.route("/t", body)
+        for status in ("MISS", "HIT", "HIT"):
+            self.assertEqual(gunzip(self.gz("/t", status)), expected.encode())
+        restore = self.rewrite_cached_body(CONSTRUCTS[0],
+                                           CONSTRUCTS[0].replace("/a", "/c"))
+        raw = self.gz("/t")
+        self.assertEqual(gunzip(raw), expected.replace("A", "C").encode())
+        self.assertIn(segment(runs[0]), raw)
+        self.assertNotIn(segment(runs[2]), raw)
+        self.assertIn("plan dropped at byte %d: a construct differs"
+                      % len(runs[0]), self.error_log())
+        restore()
+
     def test_a_run_is_trusted_past_its_head(self):
         """What the documentation promises, and no more: past its first
         bytes a run is the recorded one as long as the object's identity
