@@ -337,6 +337,7 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   in_table:1;
     unsigned                   tx_queued:1;
     unsigned                   wake_queued:1;
+    unsigned                   flushed:1;   /* no output since a flush */
     unsigned                   open_sent:1;
     unsigned                   input_done:1;
     unsigned                   end_sent:1;
@@ -350,6 +351,7 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   plan_wait:1;  /* esid answers plan or not */
     unsigned                   planned:1;    /* replaying a plan */
     unsigned                   plan_more:1;  /* ... stopped after a batch */
+    unsigned                   plan_starved:1; /* ... for more body */
     unsigned                   plan_failed:1;
     unsigned                   segments:1;   /* the response is stitched */
 } ngx_http_esi_ctx_t;
@@ -609,6 +611,11 @@ static ngx_int_t ngx_http_esi_pack(ngx_http_request_t *r,
 static ngx_int_t ngx_http_esi_output(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
+static ngx_uint_t ngx_http_esi_starved(ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_flush_held(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_own_held(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
 
 static ngx_http_esi_plain_t *ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_identify(ngx_http_request_t *r,
@@ -2656,6 +2663,7 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
     ngx_http_esi_plain_t  *plain;
 
     ctx->plan_more = 0;
+    ctx->plan_starved = 0;
 
     for (n = 0; ctx->step < ctx->nsteps; n++) {
 
@@ -2850,6 +2858,8 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
     return NGX_OK;
 
 released:
+
+    ctx->plan_starved = 1;
 
     insn = ngx_http_esi_insn(ctx);
     if (insn == NULL) {
@@ -5315,6 +5325,8 @@ ngx_http_esi_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_chain_t *in)
 {
     off_t         size;
+    ngx_int_t     rc;
+    ngx_uint_t    starved;
     ngx_chain_t  *cl;
 
     if (ctx->zerror) {
@@ -5366,14 +5378,28 @@ ngx_http_esi_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
      * writer's): only the writer's call through us lets them go on
      */
 
+    starved = ngx_http_esi_starved(ctx);
+
+    if (starved && ngx_http_esi_flush_held(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (ctx->out == NULL && ctx->busy == NULL && r->postponed == NULL
         && !r->connection->buffered)
     {
         ngx_http_esi_release(ctx);
-        return NGX_OK;
+        rc = NGX_OK;
+
+    } else {
+        rc = ngx_http_esi_output(r, ctx);
     }
 
-    return ngx_http_esi_output(r, ctx);
+    if (starved && rc != NGX_ERROR && ngx_http_esi_own_held(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return rc;
 }
 
 
@@ -6025,10 +6051,14 @@ ngx_http_esi_try_start(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
         }
     }
 
-    if (ctx->attempts == 0 && ctx->out
-        && ngx_http_esi_output(r, ctx) == NGX_ERROR)
-    {
-        return NGX_ERROR;
+    if (ctx->attempts == 0) {
+        if (ngx_http_esi_flush_held(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->out && ngx_http_esi_output(r, ctx) == NGX_ERROR) {
+            return NGX_ERROR;
+        }
     }
 
     t = &ctx->tries[ctx->ntries++];
@@ -6392,6 +6422,8 @@ ngx_http_esi_link(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     *ctx->last_out = cl;
     ctx->last_out = &cl->next;
 
+    ctx->flushed = 0;
+
     return cl;
 }
 
@@ -6561,6 +6593,120 @@ ngx_http_esi_release(ngx_http_esi_ctx_t *ctx)
     } else {
         r->buffered &= ~NGX_HTTP_ESI_BUFFERED;
     }
+}
+
+
+/*
+ * Whether the stream can go on only with more of the body: esid answered
+ * all of it that it has, or the plan runs past what arrived, and every
+ * instruction has run.  The body's buffers it holds must then go back to
+ * whoever reads the body, who may have no other (output_buffers 1, or a
+ * construct longer than a buffer) and would read no more.
+ */
+
+static ngx_uint_t
+ngx_http_esi_starved(ngx_http_esi_ctx_t *ctx)
+{
+    if (ctx->input_done || ctx->failed || ctx->fallen || ctx->insns
+        || ctx->wait)
+    {
+        return 0;
+    }
+
+    if (ctx->planned) {
+        return ctx->plan_starved;
+    }
+
+    return !ctx->plan_wait && ctx->awaiting == 0
+           && ctx->sent == ctx->received;
+}
+
+
+/*
+ * Output that points into the body's buffers goes out now, however small:
+ * the write filter would hold it back (postpone_output) until more output
+ * came, that is, until more body was read.  Not while an attempt holds
+ * the output: the attempt's start flushed what came before it.
+ */
+
+static ngx_int_t
+ngx_http_esi_flush_held(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    ngx_chain_t          *cl;
+    ngx_http_esi_held_t  *h;
+
+    if (ctx->flushed || ctx->attempts) {
+        return NGX_OK;
+    }
+
+    for (h = ctx->held; h; h = h->next) {
+        if (h->refs && h->buf->tag != ctx
+            && h->buf->tag != NGX_HTTP_ESI_INFLATED)
+        {
+            break;
+        }
+    }
+
+    if (h == NULL) {
+        return NGX_OK;
+    }
+
+    cl = ngx_http_esi_link(r, ctx);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf->flush = 1;
+    ctx->flushed = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A starved stream holds copies of the bytes it has not released yet
+ * rather than the body's buffers they are in (those output still points
+ * into go back once it went out).
+ */
+
+static ngx_int_t
+ngx_http_esi_own_held(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
+{
+    off_t                 from;
+    size_t                size;
+    ngx_buf_t            *b, *nb;
+    ngx_http_esi_held_t  *h;
+
+    for (h = ctx->held; h; h = h->next) {
+        b = h->buf;
+        from = ngx_max(h->offset, ctx->released);
+
+        if (h->refs || from >= h->end || b->tag == ctx
+            || b->tag == NGX_HTTP_ESI_INFLATED)
+        {
+            continue;
+        }
+
+        size = (size_t) (h->end - from);
+
+        nb = ngx_create_temp_buf(r->pool, size);
+        if (nb == NULL) {
+            return NGX_ERROR;
+        }
+
+        nb->last = ngx_cpymem(nb->pos, h->start + (from - h->offset), size);
+        nb->tag = ctx;
+
+        /* no later instruction reads below "released" */
+
+        b->pos = b->last;
+
+        h->buf = nb;
+        h->start = nb->pos;
+        h->offset = from;
+    }
+
+    return NGX_OK;
 }
 
 

@@ -1,4 +1,5 @@
-"""A 4 MB page with includes spread through it assembles byte-exact."""
+"""A 4 MB page with includes spread through it assembles byte-exact; so
+does a page read into a single small buffer."""
 
 import random
 import unittest
@@ -63,6 +64,47 @@ class LargePageTest(EsiTestCase):
         status, _, body = self.get("/plain-big")
         self.assertEqual(status, 200)
         self.assertTrue(body == page, "page differs")
+
+
+class OneOutputBufferTest(EsiTestCase):
+    """output_buffers 1 (many tuned configurations still say so): the body
+    is read into one buffer, which comes back only when the module lets go
+    of it.  Whenever the module waits for more body it holds copies of what
+    it has not released and flushes output that points into the buffer;
+    else a construct, a check or a try across the buffer's edge, or a last
+    piece of output shorter than postpone_output, stalls the page."""
+
+    HTTP = "esi_plan_zone plans:4m;"
+    LOCATION = "output_buffers 1 4k;\n            esi_plan plans;"
+
+    def setUp(self):
+        super().setUp()
+        self.origin.prefix(
+            "/esi/big/",
+            lambda target: "[fragment %s]" % target.rsplit("/", 1)[1])
+
+    def assertAssembled(self, path, page, expected, hits=3):
+        self.origin.route(path, page)
+        for status in ["MISS"] + ["HIT"] * hits:
+            _, headers, body = self.get(path)
+            self.assertEqual(headers.get("X-Cache-Status"), status)
+            self.assertTrue(body == expected, "%s: assembled page differs"
+                            % status)
+
+    def test_includes_across_the_buffers_edges(self):
+        page, expected, _ = make_page(200 * 1024, 2000, seed=4)
+        self.assertAssembled("/many", page, expected)
+        self.assertEqual(self.stats_json()["planned"], 2)
+
+    def test_tries_across_the_buffers_edges(self):
+        attempt = ('<esi:try><esi:attempt>%s<esi:include src="/esi/big/%d"/>'
+                   '</esi:attempt><esi:except>E</esi:except></esi:try>')
+        page = "".join("<p>%s</p>" % ("x" * (900 + i)) + attempt % (
+            "y" * (3000 + i), i) for i in range(40))
+        expected = "".join("<p>%s</p>%s[fragment %d]" % (
+            "x" * (900 + i), "y" * (3000 + i), i) for i in range(40))
+        self.assertAssembled("/tries", page.encode(), expected.encode())
+        self.assertEqual(self.stats_json()["planned"], 2)
 
 
 if __name__ == "__main__":
