@@ -508,7 +508,8 @@ esi_wire_set_bool(esi_wire_out_t *s, unsigned bit, int v)
     uint8_t  *p = esi_wire_field(s, bit / 8, 1);
 
     if (p) {
-        *p = (uint8_t) ((*p & ~(1u << (bit % 8))) | ((v ? 1u : 0) << (bit % 8)));
+        *p = (uint8_t) ((*p & ~(1u << (bit % 8)))
+                        | ((v ? 1u : 0) << (bit % 8)));
     }
 }
 

@@ -6035,7 +6035,8 @@ ngx_http_esi_segment(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
 /*
  * <esi:attempt>: what came before is set aside (the outermost try sends it
- * first), and ctx->out starts afresh to hold the attempt's output.
+ * first, flushed: see flush_held), and ctx->out starts afresh to hold the
+ * attempt's output.
  */
 
 static ngx_int_t
