@@ -24,6 +24,14 @@
 #define NGX_HTTP_ESI_STITCH_BUFS       8
 #define NGX_HTTP_ESI_STITCH_BUF_SIZE   16384
 
+/*
+ * The live stream's memLevel: a hash of 8 KB rather than zlib's default
+ * 64 KB, which deflateInit and every Z_FULL_FLUSH (one before each
+ * segment) clear.  What it deflates, fragments and short runs, is mostly
+ * small; 200 KB of HTML comes out 0.6% larger.
+ */
+#define NGX_HTTP_ESI_STITCH_MEMLEVEL   5
+
 
 typedef struct {
     z_stream                   zstream;
@@ -392,7 +400,8 @@ ngx_http_esi_stitch_take(ngx_http_request_t *r,
         ctx->zstream.opaque = r;
 
         if (deflateInit2(&ctx->zstream, (int) ctx->level, Z_DEFLATED,
-                         -MAX_WBITS, 8, Z_DEFAULT_STRATEGY)
+                         -MAX_WBITS, NGX_HTTP_ESI_STITCH_MEMLEVEL,
+                         Z_DEFAULT_STRATEGY)
             != Z_OK)
         {
             ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
