@@ -79,13 +79,6 @@
 #define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
 #define NGX_HTTP_ESI_PLAIN_OBJECTS     1024 /* a power of two */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
-
-/*
- * A plan's bytes from the check before a try to the try's end, all held at
- * once while they are checked: at most two of NGINX's default output
- * buffers (2 32k).  esid records no longer try (Plan::kMaxTryBytes, half).
- */
-#define NGX_HTTP_ESI_TRY_AHEAD         32768
 #define NGX_HTTP_ESI_PLAN_BYTES        2048 /* room for checks and literals */
 #define NGX_HTTP_ESI_BATCH             16   /* links, bufs, insns allocated */
 #define NGX_HTTP_ESI_PACK_MAX          64   /* output copied, not linked */
@@ -2881,28 +2874,27 @@ released:
  * checks, runs and segment heads up to their end: all of them before any
  * of it runs, so that the plan never stops matching inside a try (its
  * attempt held here, it could not be handed to esid).  NGX_AGAIN: those
- * bytes have not all arrived; NGX_DECLINED: the plan is dropped at the
- * check, for "why".
+ * bytes have not all arrived (held meanwhile, as copies once the stream
+ * starves: see own_held); NGX_DECLINED: the plan is dropped at the check,
+ * for "why".
  */
 
 static ngx_int_t
 ngx_http_esi_plan_ahead(ngx_http_esi_ctx_t *ctx, const char **why)
 {
     off_t                 need;
-    ngx_uint_t            i, end, depth, tries;
+    ngx_uint_t            i, end, depth;
     ngx_http_esi_step_t  *check, *step;
 
     check = &ctx->steps[ctx->step];
     need = check->offset + check->length;
     depth = 0;
-    tries = 0;
 
     for (end = ctx->step + 1; end < ctx->nsteps; end++) {
         step = &ctx->steps[end];
 
         if (step->type == NGX_HTTP_ESI_TRY_START) {
             depth++;
-            tries = 1;
 
         } else if (step->type == NGX_HTTP_ESI_TRY_END) {
             depth--;
@@ -2916,11 +2908,6 @@ ngx_http_esi_plan_ahead(ngx_http_esi_ctx_t *ctx, const char **why)
 
             need = ngx_max(need, step->offset + step->length);
         }
-    }
-
-    if (tries && need - check->offset > NGX_HTTP_ESI_TRY_AHEAD) {
-        *why = "a try is too long to check ahead";
-        return NGX_DECLINED;
     }
 
     if (ctx->received < need) {

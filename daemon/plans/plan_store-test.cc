@@ -314,22 +314,6 @@ TEST(PlanEvaluation, TryInPlanKeepsItsMarkers) {
   EXPECT_EQ(workerRefuses(evaluate(*parsed.plan, {}), body.size()), "");
 }
 
-// The worker checks a try whole before running it: a try it could not hold
-// at once is not recorded, nor are tries that follow one another without a
-// run between them, together too long.
-TEST(BuildPlan, ATryLongerThanTheWorkerChecksAheadIsNotRecorded) {
-  auto tryOf = [](size_t bytes) {
-    return "<esi:try><esi:attempt>" + std::string(bytes, 'a') +
-           "<esi:include src=\"/a\"/></esi:attempt><esi:except>e</esi:except></esi:try>";
-  };
-  const size_t half = Plan::kMaxTryBytes / 2;
-  EXPECT_TRUE(parse("<p>" + tryOf(half) + "</p>", {}).plan);
-  EXPECT_FALSE(parse("<p>" + tryOf(Plan::kMaxTryBytes) + "</p>", {}).plan);
-  EXPECT_FALSE(parse("<p>" + tryOf(Plan::kMaxTryBytes) , {}).plan);  // to the end
-  EXPECT_TRUE(parse(tryOf(half) + "<p>" + tryOf(half), {}).plan);
-  EXPECT_FALSE(parse(tryOf(half) + tryOf(half), {}).plan);
-}
-
 // Random pages of every construct, each planned once and evaluated for
 // several requests: the worker accepts every evaluation, and it says what
 // parsing the page for that request says.  Text of 150 bytes makes runs

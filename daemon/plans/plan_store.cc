@@ -120,28 +120,6 @@ std::vector<PlanSpan> findSpans(const std::vector<ProgramStep>& program, uint64_
   return spans;
 }
 
-// Whether every try, with the tries that follow it before the next run
-// outside them, spans at most Plan::kMaxTryBytes from the end of the run
-// before it to the start of the run after.
-bool triesFit(const std::vector<ProgramStep>& program, uint64_t bodySize) {
-  uint64_t start = 0;  // end of the last run outside any try
-  int depth = 0;
-  bool open = false;   // a try began since that run
-  for (const ProgramStep& step : program) {
-    if (const auto* run = std::get_if<VerbatimRun>(&step)) {
-      if (depth > 0) continue;
-      if (open && run->offset - start > Plan::kMaxTryBytes) return false;
-      open = false;
-      start = run->offset + run->length;
-    } else if (const auto* block = std::get_if<BlockOpen>(&step)) {
-      if (block->block == Block::TRY && depth++ == 0) open = true;
-    } else if (const auto* block = std::get_if<BlockClose>(&step)) {
-      if (block->block == Block::TRY) --depth;
-    }
-  }
-  return !open || bodySize - start <= Plan::kMaxTryBytes;
-}
-
 }  // namespace
 
 std::optional<ObjectId> ObjectId::fromWire(std::string_view bytes) {
@@ -290,7 +268,7 @@ std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
     return true;
   };
 
-  if (!triesFit(program, body.size()) || !gapAfter(0)) return std::nullopt;
+  if (!gapAfter(0)) return std::nullopt;
   for (size_t i = 0; i < program.size(); ++i) {
     if (const auto* run = std::get_if<VerbatimRun>(&program[i])) {
       // gapAfter() already saw that the run starts within the body, not

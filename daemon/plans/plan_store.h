@@ -119,13 +119,6 @@ class PlanEvaluation {
 };
 
 struct Plan {
-  // A worker checks a try whole before it runs any of it, from the run
-  // before it to the run after (and the tries between), holding those
-  // bytes: a longer try is not recorded.  Half of what the connector
-  // holds at most (NGX_HTTP_ESI_TRY_AHEAD): a request's choices can leave
-  // out the runs between tries.
-  static constexpr uint64_t kMaxTryBytes = 16384;
-
   std::vector<ProgramStep> program;
   // checks[i] goes before program[checkBefore[i]] (or at the end); both
   // ascending.
@@ -172,8 +165,7 @@ struct Plan {
 // PlanCheck::kMaxBytes), and before each span (see PlanSpan, the longest
 // from each construct on), holding all of it; the gaps inside a span have
 // none.  Nullopt when the program does not fit the body (a verbatim run
-// going backwards or past its end), or a try is longer than
-// Plan::kMaxTryBytes: nothing to record.
+// going backwards or past its end): nothing to record.
 std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
                               std::string_view body);
 
