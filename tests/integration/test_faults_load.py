@@ -190,9 +190,11 @@ class LoadTestCase(WrkChecks, EsiTestCase):
         return self.running_workers()
 
     def assertRecovers(self):
-        """The last esid assembles pages again.  A worker reconnects on its
-        next request or after its backoff, and passes pages through until
-        its handshake is done: ask again, a bounded number of times."""
+        """The last esid assembles pages again.  As in warm_up, a fresh
+        esid under a sanitizer may miss the 300 ms timeout on its first
+        page, and a worker whose reconnect failed while esid was down passes
+        pages through until it connects: ask again, a bounded number of
+        times."""
         self.assertTrue(
             poll(lambda: self.get(self.PAGE.path)[2] == self.PAGE.processed,
                  bound=10.0, interval=0.1),
