@@ -209,7 +209,7 @@ class PlanDropInContextTest(PlanTestCase):
 
     TEXT = "<p>%s</p>" % ("x" * 1500)     # longer than a span: checked alone
 
-    def drop_at_the_include(self, path, body, expected):
+    def drop_at_the_include(self, path, body, expected, at=None):
         self.origin.route(path, body)
         for status in ("MISS", "HIT", "HIT"):
             self.hit(path, expected, status)
@@ -217,7 +217,8 @@ class PlanDropInContextTest(PlanTestCase):
         self.rewrite_cached_body('<esi:include src="/esi/a"/>',
                                  '<esi:include src="/esi/b"/>')
         self.hit(path, expected.replace(">A<", ">B<"))
-        at = body.index('<esi:include src="/esi/a"/>')
+        if at is None:
+            at = body.index('<esi:include src="/esi/a"/>')
         self.assertTrue(poll(lambda: "plan dropped at byte %d: a construct "
                              "differs" % at in self.error_log()))
 
@@ -229,6 +230,20 @@ class PlanDropInContextTest(PlanTestCase):
             '<esi:vars>%s<esi:include src="/esi/a"/><p>$(HTTP_HOST)</p>'
             '</esi:vars><p>$(HTTP_HOST)</p>' % self.TEXT,
             "%sA<p>%s</p><p>$(HTTP_HOST)</p>" % (self.TEXT, host))
+
+    def test_inside_vars_a_try_that_differs_is_parsed_in_vars(self):
+        # dropped before the try (never inside it), where the parse resumes
+        # inside the vars block: the try's values are substituted
+        self.start()
+        host = "127.0.0.1:%d" % self.port
+        body = ('<esi:vars>%s<esi:try><esi:attempt><b>$(HTTP_HOST)</b>'
+                '<esi:include src="/esi/a"/></esi:attempt><esi:except>E'
+                '</esi:except></esi:try><i>$(HTTP_HOST)</i></esi:vars>'
+                '$(HTTP_HOST)' % self.TEXT)
+        self.drop_at_the_include(
+            "/vars-try", body,
+            "%s<b>%s</b>A<i>%s</i>$(HTTP_HOST)" % (self.TEXT, host, host),
+            at=len("<esi:vars>") + len(self.TEXT))
 
     def test_inside_an_esi_comment_its_end_is_not_sent(self):
         self.drop_at_the_include(
