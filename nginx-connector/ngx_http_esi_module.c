@@ -78,6 +78,8 @@
 
 #define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
 #define NGX_HTTP_ESI_PLAIN_OBJECTS     1024 /* a power of two */
+#define NGX_HTTP_ESI_REPLAYS           256  /* a power of two */
+#define NGX_HTTP_ESI_REPLAY_SWEEP      1000 /* expired copies go, ms */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
 #define NGX_HTTP_ESI_PLAN_BYTES        2048 /* room for checks and literals */
 #define NGX_HTTP_ESI_BATCH             16   /* links, bufs, insns allocated */
@@ -148,6 +150,7 @@ typedef struct {
     ngx_http_complex_value_t  *purge_key;
 
     ngx_http_esi_plan_zone_t  *plan;        /* NULL: esi_plan off */
+    ngx_msec_t                 plan_reuse;  /* 0: esid is always asked */
     ngx_flag_t                 stitch;
     ngx_uint_t                 stitch_level;
 
@@ -394,6 +397,24 @@ typedef struct {
 } ngx_http_esi_plain_t;
 
 
+/*
+ * A plan that reads nothing of the request (Plan.reusable), kept to replay
+ * later hits of its object without asking esid, for esi_plan_reuse: the
+ * message as esid sent it, and a pin count of its own on the segments it
+ * names.  Entries belong to the connection to esid: they go with it.
+ */
+
+typedef struct {
+    ngx_http_esi_plan_zone_t  *zone;
+    u_char                     object[NGX_HTTP_ESI_OBJECT_LEN];
+    uint64_t                  *message;     /* NULL: the slot is free */
+    size_t                     len;
+    ngx_msec_t                 expires;
+    uint32_t                   pin;
+    unsigned                   segments:1;
+} ngx_http_esi_replay_t;
+
+
 /* a file NGINX stores: reported when its request is over */
 
 typedef struct {
@@ -455,6 +476,9 @@ typedef struct {
     ngx_http_esi_mapping_t    *pins;
 
     ngx_http_esi_plain_t      *plain;       /* by hash of the object */
+    ngx_http_esi_replay_t     *replays;     /* ... likewise */
+    ngx_uint_t                 nreplays;    /* slots in use */
+    ngx_event_t                replay_timer;
 
     unsigned                   lost_reports:1;  /* since the last announce */
 } ngx_http_esi_daemon_t;
@@ -611,10 +635,24 @@ static ngx_int_t ngx_http_esi_own_held(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 
 static ngx_http_esi_plain_t *ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx);
+static ngx_http_esi_replay_t *ngx_http_esi_replay_slot(
+    ngx_http_esi_ctx_t *ctx);
+static ngx_uint_t ngx_http_esi_replay_matches(ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_replay_t *e);
+static ngx_int_t ngx_http_esi_replay(ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_replay_keep(ngx_http_esi_ctx_t *ctx,
+    const uint8_t *message, size_t len, uint32_t pin);
+static void ngx_http_esi_replay_forget(ngx_http_esi_ctx_t *ctx);
+static void ngx_http_esi_replay_release(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_replay_t *e);
+static void ngx_http_esi_replay_flush(ngx_http_esi_daemon_t *d,
+    ngx_uint_t all);
+static void ngx_http_esi_replay_timer_handler(ngx_event_t *ev);
+static void ngx_http_esi_replay_report(ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_identify(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_loc_conf_t *elcf);
 static ngx_int_t ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx,
-    esi_wire_struct_t *root);
+    esi_wire_struct_t *root, const uint8_t *message, size_t len);
 static ngx_int_t ngx_http_esi_plan_unused(ngx_http_esi_daemon_t *d,
     esi_wire_struct_t *root);
 static ngx_int_t ngx_http_esi_plan_segment(ngx_http_esi_ctx_t *ctx,
@@ -843,6 +881,13 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       0,
       NULL },
 
+    { ngx_string("esi_plan_reuse"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, plan_reuse),
+      NULL },
+
     { ngx_string("esi_stitch"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -975,6 +1020,12 @@ ngx_http_esi_init_process(ngx_cycle_t *cycle)
         if (d->plain == NULL) {
             return NGX_ERROR;
         }
+
+        d->replays = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_REPLAYS
+                                              * sizeof(ngx_http_esi_replay_t));
+        if (d->replays == NULL) {
+            return NGX_ERROR;
+        }
     }
 
     d->conf = emcf;
@@ -997,6 +1048,11 @@ ngx_http_esi_init_process(ngx_cycle_t *cycle)
     d->wake_event.log = cycle->log;
     d->wake_event.data = d;
 
+    d->replay_timer.handler = ngx_http_esi_replay_timer_handler;
+    d->replay_timer.log = cycle->log;
+    d->replay_timer.data = d;
+    d->replay_timer.cancelable = 1;
+
     ngx_http_esi_connect(d);
 
     return NGX_OK;
@@ -1018,6 +1074,10 @@ ngx_http_esi_exit_process(ngx_cycle_t *cycle)
 
     if (d->reconnect.timer_set) {
         ngx_del_timer(&d->reconnect);
+    }
+
+    if (d->replay_timer.timer_set) {
+        ngx_del_timer(&d->replay_timer);
     }
 }
 
@@ -1678,6 +1738,8 @@ ngx_http_esi_close(ngx_http_esi_daemon_t *d)
         d->shm = NULL;
     }
 
+    ngx_http_esi_replay_flush(d, 1);
+
     if (d->pins) {
         ngx_http_esi_unmap(d->pins);
         d->pins = NULL;
@@ -1830,7 +1892,7 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
         return ngx_http_esi_splice(ctx, &root);
 
     case ESI_WIRE_RESPONSE_PLAN_WHICH:
-        return ngx_http_esi_plan(ctx, &root);
+        return ngx_http_esi_plan(ctx, &root, p, len);
 
     case ESI_WIRE_RESPONSE_FAIL_WHICH:
         if (esi_wire_get_text(&root, ESI_WIRE_RESPONSE_FAIL_PTR, &reason, &n)
@@ -2262,8 +2324,14 @@ ngx_http_esi_insn(ngx_http_esi_ctx_t *ctx)
  * bytes nobody checked), then replayed here as the body arrives.
  */
 
+/*
+ * A plan for a stream: message is esid's (kept for later hits when it is
+ * reusable), NULL when the worker replays its own copy of one.
+ */
+
 static ngx_int_t
-ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
+ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root,
+    const uint8_t *message, size_t message_len)
 {
     off_t                   pos, checked;
     size_t                  len;
@@ -2313,6 +2381,14 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
         if (!ctx->segments || pin > ESI_PIN_SLOTS || d->arena == NULL) {
             goto malformed;
+        }
+
+        if (message == NULL) {
+
+            /* the copy's own count keeps the slot esid's until this one */
+
+            (void) __atomic_fetch_add(&((uint32_t *) d->pins->start)[pin - 1],
+                                      1, __ATOMIC_ACQUIRE);
         }
 
         ctx->pin = pin;
@@ -2473,6 +2549,10 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
 
     if (((off_t) plan_length > pos && checked != pos) || ctx->rx_tries) {
         goto malformed;
+    }
+
+    if (message && esi_wire_bool(&plan, ESI_WIRE_PLAN_REUSABLE_BIT)) {
+        ngx_http_esi_replay_keep(ctx, message, message_len, pin);
     }
 
     ctx->nsteps = list.count;
@@ -2963,6 +3043,8 @@ ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at, const char *why)
     ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
                   "esi: plan dropped at byte %O: %s, the rest is parsed",
                   at, why);
+
+    ngx_http_esi_replay_forget(ctx);
 
     ctx->planned = 0;
     ctx->plan_failed = 1;
@@ -4573,6 +4655,254 @@ ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx)
 }
 
 
+/* where the worker's copy of the object's reusable plan would be */
+
+static ngx_http_esi_replay_t *
+ngx_http_esi_replay_slot(ngx_http_esi_ctx_t *ctx)
+{
+    uint32_t  hash;
+
+    hash = ngx_crc32_short(ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+
+    return &ngx_http_esi_daemon.replays[hash & (NGX_HTTP_ESI_REPLAYS - 1)];
+}
+
+
+static ngx_uint_t
+ngx_http_esi_replay_matches(ngx_http_esi_ctx_t *ctx, ngx_http_esi_replay_t *e)
+{
+    return e->message != NULL
+           && e->zone == ctx->plan_zone
+           && e->segments == ctx->segments
+           && ngx_memcmp(e->object, ctx->object, NGX_HTTP_ESI_OBJECT_LEN) == 0;
+}
+
+
+/*
+ * Replays the worker's copy of the object's plan, if it holds one that has
+ * not expired: the stream never reaches esid, which only hears of the hit.
+ * NGX_DECLINED: esid is to be asked.
+ */
+
+static ngx_int_t
+ngx_http_esi_replay(ngx_http_esi_ctx_t *ctx)
+{
+    esi_wire_msg_t            msg;
+    esi_wire_struct_t         root;
+    ngx_http_esi_replay_t    *e;
+    ngx_http_esi_daemon_t    *d;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    d = &ngx_http_esi_daemon;
+    e = ngx_http_esi_replay_slot(ctx);
+    elcf = ngx_http_get_module_loc_conf(ctx->request, ngx_http_esi_module);
+
+    if (elcf->plan_reuse == 0 || !ngx_http_esi_replay_matches(ctx, e)) {
+        return NGX_DECLINED;
+    }
+
+    if ((ngx_msec_int_t) (e->expires - ngx_current_msec) <= 0) {
+        ngx_http_esi_replay_release(d, e);
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "esi: the plan is replayed from the worker's copy");
+
+    ctx->plan_wait = 1;
+
+    /* the copy passed these checks when esid sent it */
+
+    if (esi_wire_open(&msg, (const uint8_t *) e->message, e->len, &root) != 0
+        || ngx_http_esi_plan(ctx, &root, NULL, 0) != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ALERT, ctx->request->connection->log, 0,
+                      "esi: the worker's copy of a plan is malformed");
+        ngx_http_esi_replay_release(d, e);
+        ngx_http_esi_fail(ctx);
+        return NGX_OK;
+    }
+
+    if (!ctx->failed) {
+        ngx_http_esi_replay_report(ctx);
+    }
+
+    return NGX_OK;
+}
+
+
+/* keeps a copy of esid's reusable plan for the stream's object */
+
+static void
+ngx_http_esi_replay_keep(ngx_http_esi_ctx_t *ctx, const uint8_t *message,
+    size_t len, uint32_t pin)
+{
+    ngx_http_esi_replay_t    *e;
+    ngx_http_esi_daemon_t    *d;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    d = &ngx_http_esi_daemon;
+    e = ngx_http_esi_replay_slot(ctx);
+    elcf = ngx_http_get_module_loc_conf(ctx->request, ngx_http_esi_module);
+
+    if (elcf->plan_reuse == 0) {
+        return;
+    }
+
+    if (e->message) {
+        ngx_http_esi_replay_release(d, e);
+    }
+
+    /* without a copy later hits ask esid, as they would anyway */
+
+    e->message = ngx_alloc(len, d->log);
+    if (e->message == NULL) {
+        return;
+    }
+
+    ngx_memcpy(e->message, message, len);
+    e->len = len;
+    e->zone = ctx->plan_zone;
+    ngx_memcpy(e->object, ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+    e->segments = ctx->segments;
+    e->expires = ngx_current_msec + elcf->plan_reuse;
+    e->pin = pin;
+
+    if (pin) {
+
+        /* the stream's count keeps the slot esid's until this one */
+
+        (void) __atomic_fetch_add(&((uint32_t *) d->pins->start)[pin - 1], 1,
+                                  __ATOMIC_RELAXED);
+    }
+
+    d->nreplays++;
+
+    if (!d->replay_timer.timer_set) {
+        ngx_add_timer(&d->replay_timer, NGX_HTTP_ESI_REPLAY_SWEEP);
+    }
+}
+
+
+/* the object's plan did not match its body: no more replays of the copy */
+
+static void
+ngx_http_esi_replay_forget(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_esi_replay_t  *e;
+
+    e = ngx_http_esi_replay_slot(ctx);
+
+    if (ngx_http_esi_replay_matches(ctx, e)) {
+        ngx_http_esi_replay_release(&ngx_http_esi_daemon, e);
+    }
+}
+
+
+static void
+ngx_http_esi_replay_release(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_replay_t *e)
+{
+    if (e->pin) {
+        ngx_http_esi_unpin(d->pins, e->pin);
+        e->pin = 0;
+    }
+
+    ngx_free(e->message);
+    e->message = NULL;
+    d->nreplays--;
+}
+
+
+/* releases the expired copies, or all of them when the connection goes */
+
+static void
+ngx_http_esi_replay_flush(ngx_http_esi_daemon_t *d, ngx_uint_t all)
+{
+    ngx_uint_t              i;
+    ngx_http_esi_replay_t  *e;
+
+    for (i = 0; d->nreplays && i < NGX_HTTP_ESI_REPLAYS; i++) {
+        e = &d->replays[i];
+
+        if (e->message
+            && (all || (ngx_msec_int_t) (e->expires - ngx_current_msec) <= 0))
+        {
+            ngx_http_esi_replay_release(d, e);
+        }
+    }
+}
+
+
+/* so that a copy nobody asks for again does not pin its segments for long */
+
+static void
+ngx_http_esi_replay_timer_handler(ngx_event_t *ev)
+{
+    ngx_http_esi_daemon_t  *d;
+
+    d = ev->data;
+
+    ngx_http_esi_replay_flush(d, 0);
+
+    if (d->nreplays) {
+        ngx_add_timer(ev, NGX_HTTP_ESI_REPLAY_SWEEP);
+    }
+}
+
+
+/* tells esid of a hit replayed from the worker's copy, for its counts */
+
+static void
+ngx_http_esi_replay_report(ngx_http_esi_ctx_t *ctx)
+{
+    size_t               need;
+    u_char              *buf, *dst;
+    ngx_str_t           *zone;
+    esi_wire_out_t       req, replayed;
+    esi_wire_builder_t   b;
+
+    zone = &ctx->plan_zone->name;
+
+    need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
+                         + ESI_WIRE_REQUEST_POINTERS
+                         + ESI_WIRE_REPLAYED_DATA_WORDS
+                         + ESI_WIRE_REPLAYED_POINTERS,
+                         esi_wire_blob(zone->len + 1)
+                         + esi_wire_blob(NGX_HTTP_ESI_OBJECT_LEN));
+
+    buf = ngx_palloc(ctx->request->pool, need);
+    if (buf == NULL) {
+        return;
+    }
+
+    esi_wire_builder_init(&b, buf, need);
+
+    (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
+                         ESI_WIRE_REQUEST_POINTERS, &req);
+    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
+                     ESI_WIRE_REQUEST_REPLAYED_WHICH);
+    (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_REPLAYED_PTR,
+                               ESI_WIRE_REPLAYED_DATA_WORDS,
+                               ESI_WIRE_REPLAYED_POINTERS, &replayed);
+    (void) esi_wire_set_text(&replayed, ESI_WIRE_REPLAYED_ZONE_PTR,
+                             (const char *) zone->data, zone->len);
+
+    dst = esi_wire_alloc_data(&replayed, ESI_WIRE_REPLAYED_OBJECT_PTR,
+                              NGX_HTTP_ESI_OBJECT_LEN);
+    if (dst) {
+        ngx_memcpy(dst, ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+    }
+
+    esi_wire_set_bool(&replayed, ESI_WIRE_REPLAYED_STITCHED_BIT,
+                      ctx->pin != 0);
+
+    /* only counts are lost if it cannot go */
+
+    (void) ngx_http_esi_post(&ngx_http_esi_daemon, buf, esi_wire_finish(&b));
+}
+
+
 /*
  * What ESI variables may read of the client's request (r->main's, also for
  * a fragment page), indexed by RequestVars pointer; cookies are apart.  The
@@ -4755,6 +5085,10 @@ ngx_http_esi_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ctx->resume.handler = ngx_http_esi_resume_handler;
     ctx->resume.data = ctx;
     ctx->resume.log = r->connection->log;
+
+    if (ctx->identified && ngx_http_esi_replay(ctx) == NGX_OK) {
+        return NGX_OK;
+    }
 
     ctx->node.key = d->next_id++;
     ngx_rbtree_insert(&d->streams, &ctx->node);
@@ -8058,6 +8392,7 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->max_tag_size = NGX_CONF_UNSET_SIZE;
     elcf->max_fragment_size = NGX_CONF_UNSET;
     elcf->plan = NGX_CONF_UNSET_PTR;
+    elcf->plan_reuse = NGX_CONF_UNSET_MSEC;
     elcf->stitch = NGX_CONF_UNSET;
     elcf->stitch_level = NGX_CONF_UNSET_UINT;
     elcf->cookies = NGX_CONF_UNSET_PTR;
@@ -8094,6 +8429,7 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_off_value(conf->max_fragment_size,
                              prev->max_fragment_size, 16 * 1024 * 1024);
     ngx_conf_merge_ptr_value(conf->plan, prev->plan, NULL);
+    ngx_conf_merge_msec_value(conf->plan_reuse, prev->plan_reuse, 1000);
     ngx_conf_merge_value(conf->stitch, prev->stitch, 0);
     ngx_conf_merge_uint_value(conf->stitch_level, prev->stitch_level, 6);
     ngx_conf_merge_ptr_value(conf->cookies, prev->cookies, NULL);

@@ -4,7 +4,7 @@ $Cxx.namespace("esi::wire");
 # The only definition of every message between the NGINX connector and esid.
 # Framing, ring layout and failure rules: proto/README.md.
 
-const protocolVersion :UInt32 = 4;
+const protocolVersion :UInt32 = 5;
 
 # --- Unix socket ----------------------------------------------------------
 
@@ -57,7 +57,18 @@ struct Request {
     # Response.purged.
     purgeDone @8 :PurgeDone;
     # The worker carried out Response.purgeOrder; stream is the order's id.
+    replayed @9 :Replayed;
+    # The worker replayed its own copy of a reusable plan (Plan.reusable)
+    # for a cache hit, without opening a stream.  No answer.
   }
+}
+
+struct Replayed {
+  zone @0 :Text;
+  object @1 :Data;
+  # As in Open: the plan's zone and the object's 40-byte identity.
+  stitched @2 :Bool;
+  # The replay named segments.
 }
 
 struct Zone {
@@ -175,6 +186,12 @@ struct Plan {
   # Non-zero when steps name segments: esid added one to pin slot pin - 1 of
   # this connection's pin table; the worker subtracts it once it no longer
   # sends any of them, also when it does not use the plan.
+  reusable @3 :Bool;
+  # The steps read nothing of the request (no variable in a value, an
+  # include or a test): the worker may keep this message and replay it, for
+  # at most a second, to later hits of the same object, zone and segments
+  # without asking (Request.replayed); its copy holds a pin count of its
+  # own, raised by the worker while this request's count holds the slot.
 }
 
 struct Segment {

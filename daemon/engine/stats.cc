@@ -10,7 +10,7 @@ nlohmann::json Stats::toJson() const {
           {"bytes", bytes},             {"includes", includes},
           {"warnings", warnings},       {"errors", errors},
           {"ring_full", ringFull},      {"planned", planned},
-          {"stitched", stitched},
+          {"stitched", stitched},       {"replayed", replayed},
           {"ring_bytes_in", ringBytesIn}, {"ring_bytes_out", ringBytesOut}};
 }
 

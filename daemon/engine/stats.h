@@ -15,6 +15,7 @@ struct Stats {
   uint64_t streams = 0;          // streams opened (bodies parsed), ever
   uint64_t planned = 0;          // cache hits answered with a parse plan
   uint64_t stitched = 0;         // of them, plans naming gzip segments
+  uint64_t replayed = 0;         // of them, replayed by a worker on its own
   uint64_t activeStreams = 0;
   uint64_t bytes = 0;            // body bytes parsed
   uint64_t includes = 0;         // includes found

@@ -182,6 +182,8 @@ constexpr Metric kMetrics[] = {
     {"ring_full", "ring_full_total", "counter", "Answers that had to wait for ring space."},
     {"planned", "planned_total", "counter", "Cache hits answered with a parse plan."},
     {"stitched", "stitched_total", "counter", "Plans sent naming gzip segments (esi_stitch)."},
+    {"replayed", "replayed_total", "counter",
+     "Planned hits a worker replayed from its own copy of a reusable plan."},
     {"ring_bytes_in", "ring_in_bytes_total", "counter", "Message bytes read from workers' rings."},
     {"ring_bytes_out", "ring_out_bytes_total", "counter", "Message bytes written to workers' rings."},
     {"segment_arena_bytes", "segment_arena_bytes", "gauge", "Size of the gzip segment arena."},

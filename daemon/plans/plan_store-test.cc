@@ -303,6 +303,25 @@ TEST(PlanEvaluation, OnePlanServesTwoRequestsEachItsOwnOutput) {
                                        "</esi:vars>)", "I(/o/anon)", "V(196,1)"}));
 }
 
+TEST(PlanEvaluation, APlanReadsTheRequestWhereAValueAnIncludeOrATestNamesAVariable) {
+  const std::vector<std::pair<std::string, bool>> pages = {
+      {"a<esi:include src=\"/x\"/>b<esi:remove>r</esi:remove><!--esi c -->", false},
+      {"<esi:try><esi:attempt><esi:include src=\"x\" alt=\"/y\"/></esi:attempt>"
+       "<esi:except>e</esi:except></esi:try>", false},
+      {"<esi:vars>plain</esi:vars>", false},
+      {"<esi:choose><esi:when test=\"'a'=='a'\">a</esi:when></esi:choose>", false},
+      {"<esi:vars>$(HTTP_HOST)</esi:vars>", true},
+      {"<esi:include src=\"/x?q=$(QUERY_STRING{q})\"/>", true},
+      {"<esi:include src=\"/x\" alt=\"/$(HTTP_HOST)\"/>", true},
+      {"<esi:choose><esi:when test=\"$(HTTP_HOST)=='a'\">a</esi:when></esi:choose>", true},
+  };
+  for (const auto& [body, reads] : pages) {
+    const Parsed parsed = parse(body, {});
+    ASSERT_TRUE(parsed.plan) << body;
+    EXPECT_EQ(parsed.plan->readsRequest, reads) << body;
+  }
+}
+
 TEST(PlanEvaluation, TryInPlanKeepsItsMarkers) {
   const std::string body =
       "<esi:try><esi:attempt><esi:include src=\"/a\"/></esi:attempt>"
@@ -577,6 +596,25 @@ TEST(PlanStore, LeastRecentlyUsedPlansMakeRoom) {
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0]["key"], "04000000000000000000000000000000");
   EXPECT_EQ(entries[1]["key"], "03000000000000000000000000000000");
+}
+
+TEST(PlanStore, AReplayCountsAHitAndFreshensOnlyAPlanThatIsThere) {
+  PlanStore store;
+  const size_t one = entryBytes(planOf(100));
+  store.configureZone("pages", 2 * one);
+  ASSERT_TRUE(store.record("pages", idOf(1), planOf(100)));
+  ASSERT_TRUE(store.record("pages", idOf(2), planOf(100)));
+  EXPECT_TRUE(store.replayed("pages", idOf(1)));  // 2 is now the oldest
+  EXPECT_FALSE(store.replayed("pages", idOf(3)));
+  EXPECT_FALSE(store.replayed("other", idOf(1)));
+  expectZone(store, "pages", {{"hits", 1}, {"misses", 0}});
+
+  ASSERT_TRUE(store.record("pages", idOf(3), planOf(100)));
+  EXPECT_FALSE(store.replayed("pages", idOf(2)));
+  EXPECT_TRUE(store.replayed("pages", idOf(1)));
+  const nlohmann::json entries = store.entries("pages", 10);  // most recent first
+  EXPECT_EQ(entries[0]["key"], "01000000000000000000000000000000");
+  EXPECT_EQ(entries[0]["hits"], 2);
 }
 
 TEST(PlanStore, PlanLargerThanTheBudgetIsNotRecorded) {

@@ -299,6 +299,12 @@ std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
     plan.checkBefore.push_back(gap.from);
   }
   for (PlanSpan& s : plan.spans) s.flat = flatten(program, s, plan.checks[s.check]);
+  plan.readsRequest = std::ranges::any_of(program, [](const ProgramStep& step) {
+    if (std::holds_alternative<LiteralStep>(step)) return true;
+    if (const auto* include = std::get_if<IncludeStep>(&step)) return !include->resolved;
+    const auto* open = std::get_if<BlockOpen>(&step);
+    return open != nullptr && open->testReadsRequest;
+  });
   plan.program = std::move(program);
   plan.length = body.size();
   return plan;
@@ -314,16 +320,26 @@ void PlanStore::configureZone(std::string_view name, uint64_t maxBytes) {
 std::shared_ptr<const Plan> PlanStore::find(std::string_view name, const ObjectId& id) {
   auto z = zones_.find(name);
   if (z == zones_.end()) return nullptr;
-  Zone& zone = z->second;
-  auto it = zone.entries.find(id);
-  if (it == zone.entries.end()) {
-    ++zone.misses;
+  const Entry* entry = use(z->second, id);
+  if (entry == nullptr) {
+    ++z->second.misses;
     return nullptr;
   }
+  return entry->plan;
+}
+
+bool PlanStore::replayed(std::string_view name, const ObjectId& id) {
+  auto z = zones_.find(name);
+  return z != zones_.end() && use(z->second, id) != nullptr;
+}
+
+PlanStore::Entry* PlanStore::use(Zone& zone, const ObjectId& id) {
+  auto it = zone.entries.find(id);
+  if (it == zone.entries.end()) return nullptr;
   ++zone.hits;
   ++it->second.hits;
   zone.lru.splice(zone.lru.begin(), zone.lru, it->second.lru);
-  return it->second.plan;
+  return &it->second;
 }
 
 bool PlanStore::record(std::string_view name, const ObjectId& id, Plan plan) {

@@ -127,6 +127,10 @@ struct Plan {
   // Ascending, apart; no check lies inside one.
   std::vector<PlanSpan> spans;
   uint64_t length = 0;  // body bytes the plan describes
+  // Some step reads the request: a value, an include with a variable, a
+  // `when` test naming one.  A plan that reads nothing evaluates the same
+  // for every request, and a worker may replay it without asking.
+  bool readsRequest = false;
   // esi_stitch: the segments of the verbatim runs of at least
   // SegmentArena::kMinRunBytes, ascending, in the extent the lease holds.
   // None when the stream did not ask for them or the arena had no room.
@@ -179,6 +183,11 @@ class PlanStore {
   // entry the most recently used.  Null also for a zone never configured.
   std::shared_ptr<const Plan> find(std::string_view zone, const ObjectId& id);
 
+  // A worker replayed its own copy of the object's plan: counts a hit and
+  // makes the entry the most recently used.  False when the store no longer
+  // has the plan (nothing is counted).
+  bool replayed(std::string_view zone, const ObjectId& id);
+
   // Keeps the plan, evicting least recently used ones to make room.  False
   // (and nothing changes) when the zone is unknown or the plan alone is
   // larger than its budget.
@@ -212,6 +221,9 @@ class PlanStore {
     uint64_t hits = 0, misses = 0, drops = 0, recorded = 0, evictions = 0, tooLarge = 0;
   };
 
+  // The object's entry, counted as a hit and made the most recently used;
+  // null when there is none.
+  static Entry* use(Zone& zone, const ObjectId& id);
   void evictUntil(Zone& zone, uint64_t maxBytes);
   // Takes the entry's bytes off the zone's counts.
   static void forget(Zone& zone, const Entry& entry);

@@ -19,6 +19,7 @@
 
 #include <capnp/serialize.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <zlib.h>
 
 #include "esi_wire.h"
@@ -48,6 +49,7 @@ struct Received {
   std::string failed;  // the reason of a Response.fail
   uint64_t planLength = 0;
   uint32_t pin = 0;
+  bool reusable = false;
   std::vector<ReceivedSegment> segments;
 };
 
@@ -140,6 +142,18 @@ class TestWorker {
       esi_wire_set_bool(&o, ESI_WIRE_OPEN_PLAN_FAILED_BIT, planFailed);
       esi_wire_set_bool(&o, ESI_WIRE_OPEN_SEGMENTS_BIT, segments);
       setCookies(&o, cookies);
+    });
+  }
+
+  void replayed(const std::string& object, const std::string& zone, bool stitched) {
+    send(0, ESI_WIRE_REQUEST_REPLAYED_WHICH, [&](esi_wire_out_t* req) {
+      esi_wire_out_t r;
+      esi_wire_set_struct(req, ESI_WIRE_REQUEST_REPLAYED_PTR, ESI_WIRE_REPLAYED_DATA_WORDS,
+                          ESI_WIRE_REPLAYED_POINTERS, &r);
+      esi_wire_set_text(&r, ESI_WIRE_REPLAYED_ZONE_PTR, zone.data(), zone.size());
+      std::memcpy(esi_wire_alloc_data(&r, ESI_WIRE_REPLAYED_OBJECT_PTR, object.size()),
+                  object.data(), object.size());
+      esi_wire_set_bool(&r, ESI_WIRE_REPLAYED_STITCHED_BIT, stitched);
     });
   }
 
@@ -281,6 +295,7 @@ class TestWorker {
     ASSERT_EQ(esi_wire_get_list(&plan, ESI_WIRE_PLAN_STEPS_PTR, &steps), 0);
     received.planLength = esi_wire_u64(&plan, ESI_WIRE_PLAN_LENGTH_OFFSET);
     received.pin = esi_wire_u32(&plan, ESI_WIRE_PLAN_PIN_OFFSET);
+    received.reusable = esi_wire_bool(&plan, ESI_WIRE_PLAN_REUSABLE_BIT);
     for (uint32_t i = 0; i < steps.count; ++i) {
       esi_wire_list_at(&steps, i, &step);
       if (!received.plan.empty()) received.plan += ' ';
@@ -556,6 +571,7 @@ TEST_F(WorkerSessionTest, FirstHitRecordsThePlanAndTheNextHitGetsIt) {
   EXPECT_EQ(worker_->received.planLength, 27u);
   EXPECT_EQ(stats_.planned, 1u);
   EXPECT_EQ(stats_.activeStreams, 0u);  // nothing more comes for stream 2
+  EXPECT_TRUE(worker_->received.reusable);
 }
 
 TEST_F(WorkerSessionTest, VarsLiteralsAndTryMarkersTravelInSplices) {
@@ -590,6 +606,7 @@ TEST_F(WorkerSessionTest, OnePlanIsEvaluatedForEachHitsOwnCookies) {
   serve();
   EXPECT_EQ(worker_->received.plan,
             "C0:<esi:choose><esi:when test=\"$(HTTP_COOKIE{g})=='a'\"> I/o/7");
+  EXPECT_FALSE(worker_->received.reusable);
   EXPECT_FALSE(fatal_);
   EXPECT_EQ(stats_.planned, 2u);
 }
@@ -741,6 +758,27 @@ TEST_F(WorkerSessionTest, AHitWithoutSegmentsGetsNeitherSegmentsNorAPin) {
   EXPECT_TRUE(std::all_of(worker_->pins, worker_->pins + ESI_PIN_SLOTS,
                           [](uint32_t count) { return count == 0; }));
   EXPECT_EQ(stats_.stitched, 0u);
+}
+
+TEST_F(WorkerSessionTest, AReplayedHitIsCountedAsPlannedAndNeedsNoAnswer) {
+  recordPlanOf(kStitchedPage, 6);
+  worker_->replayed(kObject, "plans", true);
+  worker_->replayed(kObject, "plans", false);
+  worker_->replayed(std::string(40, 'z'), "plans", false);  // a plan gone since
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_TRUE(worker_->received.plan.empty());
+  EXPECT_EQ(stats_.planned, 3u);
+  EXPECT_EQ(stats_.replayed, 3u);
+  EXPECT_EQ(stats_.stitched, 1u);
+  EXPECT_EQ(plans_.zones()["plans"]["hits"], 2);
+}
+
+TEST_F(WorkerSessionTest, AReplayedReportWithoutAnObjectIdentityEndsTheSession) {
+  worker_->replayed("short", "plans", false);
+  serve();
+  ASSERT_TRUE(fatal_);
+  EXPECT_NE(fatal_->find("replayed"), std::string::npos);
 }
 
 TEST_F(WorkerSessionTest, APlanRecordedWithoutAStitchLevelHasNoSegmentsToName) {

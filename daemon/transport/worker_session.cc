@@ -370,6 +370,8 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length,
         return handlePurge(id, request.getPurge());
       case wire::Request::PURGE_DONE:
         return handlePurgeDone(id, request.getPurgeDone());
+      case wire::Request::REPLAYED:
+        return handleReplayed(request.getReplayed());
     }
     violation("unknown request");
     return false;
@@ -521,6 +523,7 @@ bool WorkerSession::sendPlan(uint32_t id, const Plan& plan, const PageAddress& p
     }
   });
   if (named) body.setPin(plan.lease.slot() + 1);
+  body.setReusable(!plan.readsRequest);
   // A plan travels as one message: with this request's values it must fit
   // the ring with room to spare.
   if (capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word) >
@@ -570,6 +573,24 @@ bool WorkerSession::handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done
   orders_.done(this, order,
                PurgeOrderOutcome{done.getCount(), done.getScanned(),
                                  std::string(error.cStr(), error.size())});
+  return true;
+}
+
+bool WorkerSession::handleReplayed(wire::Replayed::Reader replayed) {
+  auto zone = replayed.getZone();
+  auto object = replayed.getObject();
+  auto id = ObjectId::fromWire(
+      std::string_view(reinterpret_cast<const char*>(object.begin()), object.size()));
+  if (!id || zone.size() == 0 || tooLong(zone, kMaxOpenFieldBytes)) {
+    violation("replayed: malformed object identity or plan zone");
+    return false;
+  }
+  // The plan may be gone from the store by now (the worker's copy lives a
+  // second): the hit is counted all the same.
+  plans_.replayed(std::string_view(zone.cStr(), zone.size()), *id);
+  ++stats_.planned;
+  ++stats_.replayed;
+  if (replayed.getStitched()) ++stats_.stitched;
   return true;
 }
 

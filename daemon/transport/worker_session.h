@@ -87,6 +87,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   bool handleZone(wire::Zone::Reader zone);
   bool handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done);
   bool handleStored(wire::Stored::Reader stored);
+  bool handleReplayed(wire::Replayed::Reader replayed);
   bool handlePurge(uint32_t id, wire::Purge::Reader purge);
   void sendPurged(uint32_t id, const PurgeOutcome& outcome);
   void sendSplice(uint32_t id, StreamEntry& entry, bool last);

@@ -203,6 +203,87 @@ class PlanTest(PlanTestCase):
         restore()
 
 
+class PlanReuseTest(PlanTestCase):
+    """A plan that reads nothing of the request is the same for every hit:
+    the worker keeps esid's message and replays it to later hits of the
+    object for esi_plan_reuse without asking; esid only hears of each
+    hit."""
+    LOCATION = "esi_plan plans; esi_plan_reuse 1h;"
+    # the same objects (same cache keys), with esi_plan_reuse 0
+    LOCATIONS = """
+        location ~ ^/asking(/.*)$ {
+            proxy_pass http://127.0.0.1:@@ORIGIN@@$1;
+            proxy_cache pages;
+            proxy_cache_key http://$proxy_host$1;
+            add_header X-Cache-Status $upstream_cache_status;
+            esi on;
+            esi_plan plans;
+            esi_plan_reuse 0;
+        }
+"""
+
+    def test_later_hits_replay_the_workers_copy_without_asking_esid(self):
+        body = page()
+        self.origin.route("/p", body)
+        for status in ("MISS", "HIT", "HIT"):   # parsed, then esid's plan
+            self.hit("/p", assembled(body), status)
+        before = self.stats_json()
+        self.assertEqual((before["planned"], before["replayed"]), (1, 0))
+        for _ in range(3):
+            self.hit("/p", assembled(body))
+        after = self.stats_json()
+        self.assertEqual(after["replayed"], 3, "hits asked esid for the plan")
+        self.assertEqual(after["planned"], 4)
+        self.assertEqual(after["streams"], before["streams"])
+        # what reached esid per hit: the report, no open, no body
+        self.assertLess((after["ring_bytes_in"] - before["ring_bytes_in"])
+                        / 3, 128)
+
+    def test_a_copy_serves_another_location_only_if_it_reuses_plans(self):
+        # the same object through a location with esi_plan_reuse 0
+        body = page()
+        self.origin.route("/p", body)
+        for status in ("MISS", "HIT", "HIT"):
+            self.hit("/p", assembled(body), status)
+        for _ in range(2):
+            self.hit("/asking/p", assembled(body))
+        self.assertEqual(self.stats_json()["replayed"], 0)
+        self.hit("/p", assembled(body))
+        self.assertEqual(self.stats_json()["replayed"], 1)
+
+    def test_a_plan_that_reads_the_request_is_asked_for_on_every_hit(self):
+        self.start()
+        body = ('<esi:vars><p>$(HTTP_HOST)</p></esi:vars>' +
+                INCLUDES[0] + '<esi:choose><esi:when test="$(HTTP_HOST)'
+                '==\'b.test\'">b</esi:when><esi:otherwise>not b'
+                '</esi:otherwise></esi:choose>')
+        self.origin.route("/v", body)
+        self.get("/v")                           # MISS
+        self.get("/v")                           # records
+        for host, chosen in (("a.test", "not b"), ("b.test", "b"),
+                             ("c.test", "not b")):
+            code, headers, got = self.get("/v", {"Host": host})
+            self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+            self.assertEqual(got.decode(), "<p>%s</p>A%s" % (host, chosen))
+        stats = self.stats_json()
+        self.assertEqual((stats["planned"], stats["replayed"]), (3, 0))
+
+    def test_a_copy_that_stops_matching_is_forgotten_with_the_plan(self):
+        body = page()
+        self.origin.route("/p", body)
+        for status in ("MISS", "HIT", "HIT"):   # esid's plan, kept
+            self.hit("/p", assembled(body), status)
+        old, new = INCLUDES[0], '<esi:include src="/esi/b"/>'
+        self.rewrite_cached_body(old, new)
+        changed = assembled(body.replace(old, new))
+        self.hit("/p", changed)                  # the copy, dropped
+        self.assertEqual(self.stats_json()["replayed"], 1)
+        self.hit("/p", changed)                  # parsed, plan recorded
+        self.hit("/p", changed)                  # esid's new plan
+        self.assertEqual(self.error_log().count("plan dropped at byte "), 1)
+        self.assertEqual(self.stats_json()["replayed"], 1)
+
+
 class PlanDropInContextTest(PlanTestCase):
     """A plan dropped inside <esi:vars> or <!--esi ... -->: the parse
     resumes in that context, so what follows reads as the page meant."""

@@ -383,6 +383,52 @@ class StitchPinTest(StitchTestCase):
         self.assertStitched(raw, runs_of("k", self.BIG))
 
 
+class StitchReuseTest(StitchTestCase):
+    """The worker's copy of a reusable plan holds a pin on its segments
+    while it is kept, lets go when it expires, and goes with the
+    connection to esid (whose arena and pin table go with it)."""
+    LOCATION = StitchTestCase.LOCATION + " esi_plan_reuse 200ms;"
+
+    def test_replayed_hits_stitch_and_the_expired_copy_lets_go(self):
+        runs = runs_of("r")
+        body = page(runs)
+        self.warm("/r", body)
+        raw = self.gz("/r")                      # esid's plan, kept
+        for _ in range(2):
+            self.assertEqual(gunzip(raw), assembled(body).encode())
+            self.assertStitched(raw, runs)
+            raw = self.gz("/r")
+        stats = self.stats_json()
+        self.assertEqual(stats["stitched"], 3)
+        self.assertGreaterEqual(stats["replayed"], 1)
+        self.assertTrue(poll(lambda: self.stats_json()["segment_pins"] == 0,
+                             bound=10.0), "the expired copy pins segments")
+
+
+class StitchReuseReconnectTest(StitchTestCase):
+    LOCATION = StitchTestCase.LOCATION + " esi_plan_reuse 1h;"
+
+    def test_a_copy_is_not_replayed_once_esid_is_replaced(self):
+        runs = runs_of("c")
+        body = page(runs)
+        self.warm("/c", body)
+        self.gz("/c")                            # esid's plan, kept
+        self.assertEqual(self.stats_json()["segment_pins"], 1)
+        self.esid.kill()
+        self.start_esid()
+        # the new esid knows no plan: the hit is parsed, never replayed
+        # from the old arena
+        raw = self.gz("/c")
+        self.assertEqual(gunzip(raw), assembled(body).encode())
+        stats = self.stats_json()
+        self.assertEqual((stats["streams"], stats["replayed"]), (1, 0))
+        for replayed in (0, 1):                  # esid's plan, the copy
+            raw = self.gz("/c")
+            self.assertEqual(gunzip(raw), assembled(body).encode())
+            self.assertStitched(raw, runs)
+            self.assertEqual(self.stats_json()["replayed"], replayed)
+
+
 class StitchClientTest(StitchTestCase):
     LOCATION = StitchTestCase.LOCATION + \
         ' gzip_disable "NoGzip"; gzip_http_version 1.1;'
