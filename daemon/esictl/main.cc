@@ -199,7 +199,7 @@ constexpr Metric kMetrics[] = {
     {"segment_arena_full", "segment_arena_full_total", "counter",
      "Plans recorded without segments: no room or no pin slot in the arena."},
     {"segment_pins", "segment_pins", "gauge",
-     "Requests of living workers that may be sending segments."},
+     "Requests and plan copies of living workers that may send segments."},
     {"segment_retired_pin_tables", "segment_retired_pin_tables", "gauge",
      "Pin tables of closed connections whose workers still send segments."},
 };

@@ -146,7 +146,8 @@ class SegmentArena {
   // gives back every quarantined extent whose slot no table pins.
   void reclaim();
   bool pinned(uint32_t slot) const;
-  // Requests of living workers that may be sending segments.
+  // Requests of living workers that may be sending segments, and their
+  // copies of reusable plans.
   uint64_t pins() const;
 
   const uint64_t size_;
