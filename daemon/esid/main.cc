@@ -213,13 +213,8 @@ int main(int argc, char** argv) try {
                                 const esi::ControlAnswerFn& answer) {
                        control.handle(command, peer, answer);
                      });
-  try {
-    server.listen();
-  } catch (const std::exception& e) {
-    spdlog::critical("{}", e.what());
-    return 1;
-  }
-
+  // Before the socket listens: a client that connects may stop esid at once
+  // (systemd, a test), and the default action would kill it.
   Reload reload{configPath, commandLine, settings, &server, &control};
   Signals signals;
   signals.purger = &purger;
@@ -232,6 +227,13 @@ int main(int argc, char** argv) try {
   uv_signal_start(&signals.term, onStop, SIGTERM);
   uv_signal_start(&signals.interrupt, onStop, SIGINT);
   uv_signal_start(&signals.hangup, onHangup, SIGHUP);
+
+  try {
+    server.listen();
+  } catch (const std::exception& e) {
+    spdlog::critical("{}", e.what());
+    return 1;
+  }
 
   spdlog::info("esid {} listening on {} (ring size {}, segment arena {}, log level {}{}{})",
                ESI_VERSION, server.describe(), settings.ringSize, settings.segmentArena,
