@@ -634,6 +634,7 @@ static ngx_int_t ngx_http_esi_flush_held(ngx_http_request_t *r,
 static ngx_int_t ngx_http_esi_own_held(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 
+static uint32_t ngx_http_esi_object_hash(ngx_http_esi_ctx_t *ctx);
 static ngx_http_esi_plain_t *ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx);
 static ngx_http_esi_replay_t *ngx_http_esi_replay_slot(
     ngx_http_esi_ctx_t *ctx);
@@ -4640,18 +4641,24 @@ ngx_http_esi_identify(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 }
 
 
+/* the object's slot in the worker's tables of plain objects and plans */
+
+static uint32_t
+ngx_http_esi_object_hash(ngx_http_esi_ctx_t *ctx)
+{
+    /* not ngx_murmur_hash2(): it shifts a byte into the sign bit (UBSan) */
+
+    return ngx_crc32_short(ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+}
+
+
 /* where the object would be among those known to have no ESI */
 
 static ngx_http_esi_plain_t *
 ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx)
 {
-    uint32_t  hash;
-
-    /* not ngx_murmur_hash2(): it shifts a byte into the sign bit (UBSan) */
-
-    hash = ngx_crc32_short(ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
-
-    return &ngx_http_esi_daemon.plain[hash & (NGX_HTTP_ESI_PLAIN_OBJECTS - 1)];
+    return &ngx_http_esi_daemon.plain[ngx_http_esi_object_hash(ctx)
+                                      & (NGX_HTTP_ESI_PLAIN_OBJECTS - 1)];
 }
 
 
@@ -4660,11 +4667,8 @@ ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx)
 static ngx_http_esi_replay_t *
 ngx_http_esi_replay_slot(ngx_http_esi_ctx_t *ctx)
 {
-    uint32_t  hash;
-
-    hash = ngx_crc32_short(ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
-
-    return &ngx_http_esi_daemon.replays[hash & (NGX_HTTP_ESI_REPLAYS - 1)];
+    return &ngx_http_esi_daemon.replays[ngx_http_esi_object_hash(ctx)
+                                        & (NGX_HTTP_ESI_REPLAYS - 1)];
 }
 
 
