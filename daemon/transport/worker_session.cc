@@ -443,9 +443,10 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
   stream->setRequestValues(std::move(*values));
   if (failedPlan) {
     // The worker replayed the plan up to base, perhaps into a construct.
-    // Not into a try: the worker applies esi_fallback there (it cannot
-    // leave what the attempt holds to esid) and may open the stream only to
-    // have the plan forgotten, which it now is.
+    // Never into a try: the worker checks a try whole before it runs any of
+    // it and drops the plan before it (proto/README.md, Plans), since it
+    // cannot leave what an attempt holds to esid.  A base inside one is a
+    // worker's mistake: the stream fails, and the plan is forgotten.
     const auto resumption = failedPlan->resumeAt(open.getBase());
     if (resumption && !stream->resumeInside(resumption->before, resumption->context)) {
       sendFail(id, "the plan stopped matching inside <esi:try>");
