@@ -76,7 +76,8 @@
 /* tries open at once in one stream; esid's instructions are refused deeper */
 #define NGX_HTTP_ESI_TRY_MAX           64
 
-#define NGX_HTTP_ESI_OBJECT_LEN        40   /* key, Date, size, header size */
+#define NGX_HTTP_ESI_OBJECT_LEN        48   /* key, size, header size, inode,
+                                               modification time */
 #define NGX_HTTP_ESI_PLAIN_OBJECTS     1024 /* a power of two */
 #define NGX_HTTP_ESI_REPLAYS           256  /* a power of two */
 #define NGX_HTTP_ESI_REPLAY_SWEEP      1000 /* expired copies go, ms */
@@ -634,8 +635,10 @@ static ngx_int_t ngx_http_esi_flush_held(ngx_http_request_t *r,
 static ngx_int_t ngx_http_esi_own_held(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 
-static uint32_t ngx_http_esi_object_hash(ngx_http_esi_ctx_t *ctx);
+static uint32_t ngx_http_esi_object_hash(const u_char *key);
 static ngx_http_esi_plain_t *ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_forget_objects(ngx_http_esi_daemon_t *d,
+    esi_wire_struct_t *root);
 static ngx_http_esi_replay_t *ngx_http_esi_replay_slot(
     ngx_http_esi_ctx_t *ctx);
 static ngx_uint_t ngx_http_esi_replay_matches(ngx_http_esi_ctx_t *ctx,
@@ -1854,6 +1857,10 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
 
     if (which == ESI_WIRE_RESPONSE_PURGE_ORDER_WHICH) {
         return ngx_http_esi_purge_order(d, id, &root);
+    }
+
+    if (which == ESI_WIRE_RESPONSE_FORGET_WHICH) {
+        return ngx_http_esi_forget_objects(d, &root);
     }
 
     ctx = ngx_http_esi_lookup(d, id);
@@ -4597,9 +4604,12 @@ ngx_http_esi_find_header(ngx_list_t *headers, const char *name)
 
 /*
  * A body read from the cache, in a location with esi_plan: its identity
- * (the cache file's key, the response's Date, the file's size and header
- * size) lets esid answer with the plan instead of reading the body.  A
- * miss is never planned: what NGINX will store is not known yet.
+ * lets esid answer with the plan instead of reading the body.  It is the
+ * open cache file's: its key, size and header size, and its inode and
+ * modification time, since NGINX writes each store to a new file and
+ * renames it into place.  The response's own Date, length and validators
+ * can be those of the object it replaced, within the same second.  A miss
+ * is never planned: what NGINX will store is not known yet.
  */
 
 static void
@@ -4607,8 +4617,9 @@ ngx_http_esi_identify(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_http_esi_loc_conf_t *elcf)
 {
     u_char              *p;
-    uint64_t             v[3];
+    uint64_t             v[4];
     ngx_uint_t           i, k;
+    ngx_file_info_t      fi;
     ngx_http_cache_t    *c;
     ngx_http_upstream_t *u;
 
@@ -4624,13 +4635,21 @@ ngx_http_esi_identify(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         return;
     }
 
+    if (ngx_fd_info(c->file.fd, &fi) == NGX_FILE_ERROR) {
+        ngx_log_error(NGX_LOG_CRIT, r->connection->log, ngx_errno,
+                      ngx_fd_info_n " \"%s\" failed", c->file.name.data);
+        return;
+    }
+
     p = ngx_cpymem(ctx->object, c->key, NGX_HTTP_CACHE_KEY_LEN);
 
-    v[0] = (uint64_t) c->date;
-    v[1] = (uint64_t) c->length;
-    v[2] = (uint64_t) c->body_start;
+    v[0] = (uint64_t) c->length;
+    v[1] = (uint64_t) c->body_start;
+    v[2] = (uint64_t) ngx_file_uniq(&fi);
+    v[3] = (uint64_t) fi.st_mtim.tv_sec * 1000000000
+           + (uint64_t) fi.st_mtim.tv_nsec;
 
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 4; i++) {
         for (k = 0; k < 8; k++) {
             *p++ = (u_char) (v[i] >> (8 * k));
         }
@@ -4641,14 +4660,17 @@ ngx_http_esi_identify(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 }
 
 
-/* the object's slot in the worker's tables of plain objects and plans */
+/*
+ * An object's slot in the worker's tables of plain objects and plans: by
+ * its cache file's key alone, so that a purge of the file finds it.
+ */
 
 static uint32_t
-ngx_http_esi_object_hash(ngx_http_esi_ctx_t *ctx)
+ngx_http_esi_object_hash(const u_char *key)
 {
     /* not ngx_murmur_hash2(): it shifts a byte into the sign bit (UBSan) */
 
-    return ngx_crc32_short(ctx->object, NGX_HTTP_ESI_OBJECT_LEN);
+    return ngx_crc32_short((u_char *) key, NGX_HTTP_CACHE_KEY_LEN);
 }
 
 
@@ -4657,7 +4679,7 @@ ngx_http_esi_object_hash(ngx_http_esi_ctx_t *ctx)
 static ngx_http_esi_plain_t *
 ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx)
 {
-    return &ngx_http_esi_daemon.plain[ngx_http_esi_object_hash(ctx)
+    return &ngx_http_esi_daemon.plain[ngx_http_esi_object_hash(ctx->object)
                                       & (NGX_HTTP_ESI_PLAIN_OBJECTS - 1)];
 }
 
@@ -4667,8 +4689,68 @@ ngx_http_esi_plain(ngx_http_esi_ctx_t *ctx)
 static ngx_http_esi_replay_t *
 ngx_http_esi_replay_slot(ngx_http_esi_ctx_t *ctx)
 {
-    return &ngx_http_esi_daemon.replays[ngx_http_esi_object_hash(ctx)
+    return &ngx_http_esi_daemon.replays[ngx_http_esi_object_hash(ctx->object)
                                         & (NGX_HTTP_ESI_REPLAYS - 1)];
+}
+
+
+/*
+ * A purge removes these cache files (Response.forget; none listed: too
+ * many to list): the worker's copies of their plans and its notes that
+ * they have no ESI go, so that no pin or slot is held for objects nobody
+ * will be sent again.  Their identities would never match a later store.
+ */
+
+static ngx_int_t
+ngx_http_esi_forget_objects(ngx_http_esi_daemon_t *d, esi_wire_struct_t *root)
+{
+    size_t                  len;
+    uint32_t                hash;
+    const uint8_t          *key;
+    ngx_http_esi_plain_t   *plain;
+    ngx_http_esi_replay_t  *e;
+
+    if (esi_wire_get_data(root, ESI_WIRE_RESPONSE_FORGET_PTR, &key, &len)
+        != 0
+        || len % NGX_HTTP_CACHE_KEY_LEN != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: malformed forget from esid");
+        return NGX_ERROR;
+    }
+
+    if (d->plain == NULL) {
+        return NGX_OK;
+    }
+
+    if (len == 0) {
+        ngx_memzero(d->plain, NGX_HTTP_ESI_PLAIN_OBJECTS
+                              * sizeof(ngx_http_esi_plain_t));
+        ngx_http_esi_replay_flush(d, 1);
+        return NGX_OK;
+    }
+
+    for ( /* void */ ; len; len -= NGX_HTTP_CACHE_KEY_LEN) {
+        hash = ngx_http_esi_object_hash(key);
+
+        plain = &d->plain[hash & (NGX_HTTP_ESI_PLAIN_OBJECTS - 1)];
+
+        if (ngx_memcmp(plain->object, key, NGX_HTTP_CACHE_KEY_LEN) == 0) {
+            ngx_memzero(plain, sizeof(ngx_http_esi_plain_t));
+        }
+
+        e = &d->replays[hash & (NGX_HTTP_ESI_REPLAYS - 1)];
+
+        if (e->message
+            && ngx_memcmp(e->object, key, NGX_HTTP_CACHE_KEY_LEN) == 0)
+        {
+            ngx_http_esi_replay_release(d, e);
+        }
+
+        key += NGX_HTTP_CACHE_KEY_LEN;
+    }
+
+    return NGX_OK;
 }
 
 

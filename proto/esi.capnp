@@ -4,7 +4,7 @@ $Cxx.namespace("esi::wire");
 # The only definition of every message between the NGINX connector and esid.
 # Framing, ring layout and failure rules: proto/README.md.
 
-const protocolVersion :UInt32 = 5;
+const protocolVersion :UInt32 = 6;
 
 # --- Unix socket ----------------------------------------------------------
 
@@ -66,7 +66,7 @@ struct Request {
 struct Replayed {
   zone @0 :Text;
   object @1 :Data;
-  # As in Open: the plan's zone and the object's 40-byte identity.
+  # As in Open: the plan's zone and the object's 48-byte identity.
   stitched @2 :Bool;
   # The replay named segments.
 }
@@ -110,9 +110,11 @@ struct Open {
   authority @1 :Text;
   # The page's Host; includes must name this authority or none.
   object @2 :Data;
-  # A cache hit with esi_plan on: the object's identity, 40 bytes (cache
-  # file key 16, then Date, file size, header size as little-endian u64).
-  # Empty otherwise.
+  # A cache hit with esi_plan on: the object's identity, 48 bytes (cache
+  # file key 16, then file size, header size, inode and modification time
+  # in nanoseconds as little-endian u64).  NGINX writes every store to a
+  # new file and renames it into place, so each store has an identity of
+  # its own, whatever its response says.  Empty otherwise.
   planZone @3 :Text;
   planZoneBytes @4 :UInt64;
   # The esi_plan_zone the plan lives in, and its size.
@@ -163,6 +165,10 @@ struct Response {
     # esictl asked for a purge: the worker carries it out as it would an
     # HTTP purge (asking Request.purge itself) and reports Request.purgeDone
     # under the same stream, which numbers orders in esid's own id space.
+    forget @6 :Data;
+    # A purge removed these cache files (16 bytes each; empty: too many to
+    # list): the worker forgets its copies of their plans and its notes
+    # that they have no ESI.  Stream 0; no answer.
   }
 }
 

@@ -476,14 +476,15 @@ int variants(const std::string& socketPath, const std::string& zone, const std::
 // zone, its most recently used plans.
 void printPlanZone(const std::string& name, const nlohmann::json& zone) {
   std::printf("%s: %llu plans, %llu of %llu bytes (%llu of them gzip segments), %llu hits, "
-              "%llu misses, %llu drops, %llu recorded, %llu evictions, %llu too large\n",
+              "%llu misses, %llu drops, %llu recorded, %llu evictions, %llu too large, "
+              "%llu purged\n",
               name.c_str(), zone["entries"].get<unsigned long long>(),
               zone["bytes"].get<unsigned long long>(), zone["max_bytes"].get<unsigned long long>(),
               zone.value("segment_bytes", 0ULL),
               zone["hits"].get<unsigned long long>(), zone["misses"].get<unsigned long long>(),
               zone["drops"].get<unsigned long long>(), zone["recorded"].get<unsigned long long>(),
               zone["evictions"].get<unsigned long long>(),
-              zone["too_large"].get<unsigned long long>());
+              zone["too_large"].get<unsigned long long>(), zone.value("purged", 0ULL));
 }
 
 // A cached response's Date as "2026-11-30 12:00:00 UTC".
@@ -512,10 +513,10 @@ int plans(const std::string& socketPath, const std::string& zone, bool json) {
   printPlanZone(zone, body["zone"]);
   const auto& entries = body["entries"];
   for (const auto& entry : entries) {
-    std::printf("%s: dated %s, file %llu bytes, %llu steps, plan %llu bytes "
+    std::printf("%s: stored %s, file %llu bytes, %llu steps, plan %llu bytes "
                 "(%llu gzip segments, %llu bytes), %llu hits\n",
                 entry["key"].get<std::string>().c_str(),
-                utcTime(entry["date"].get<uint64_t>()).c_str(),
+                utcTime(entry["modified"].get<uint64_t>() / 1000000000).c_str(),
                 entry["length"].get<unsigned long long>(), entry["steps"].get<unsigned long long>(),
                 entry["bytes"].get<unsigned long long>(), entry.value("segments", 0ULL),
                 entry.value("segment_bytes", 0ULL), entry["hits"].get<unsigned long long>());

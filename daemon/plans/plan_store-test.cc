@@ -54,12 +54,15 @@ IncludeStep I(std::string path) {
   return step;
 }
 
-ObjectId idOf(uint8_t first, uint64_t date = 1700000000) {
+// One store of cache file `first`: another store of it gets another
+// modification time.
+ObjectId idOf(uint8_t first, uint64_t modified = 1700000000'000000001) {
   ObjectId id;
   id.key[0] = first;
-  id.date = date;
   id.length = 4096;
   id.headerSize = 512;
+  id.inode = 77;
+  id.modified = modified;
   return id;
 }
 
@@ -522,30 +525,36 @@ TEST(PlanSpans, OneValueAloneKeepsItsCheckAndLiteral) {
 // --- ObjectId -----------------------------------------------------------------
 
 TEST(PlanObjectId, WireBytesAreKeyThenLittleEndianNumbers) {
-  std::string wire(40, '\0');
+  std::string wire(48, '\0');
   for (int i = 0; i < 16; ++i) wire[i] = static_cast<char>(0xa0 + i);
-  wire[16] = 0x01;
-  wire[17] = 0x02;  // date 0x0201
-  wire[24 + 7] = static_cast<char>(0x80);  // length 2^63
-  wire[32] = static_cast<char>(0xff);  // header size 255
+  wire[16 + 7] = static_cast<char>(0x80);  // length 2^63
+  wire[24] = static_cast<char>(0xff);  // header size 255
+  wire[32] = 0x01;
+  wire[33] = 0x02;  // inode 0x0201
+  wire[40] = 0x03;  // modified 3
   const auto id = ObjectId::fromWire(wire);
   ASSERT_TRUE(id);
   EXPECT_EQ(id->key[0], 0xa0);
   EXPECT_EQ(id->key[15], 0xaf);
-  EXPECT_EQ(id->date, 0x0201u);
   EXPECT_EQ(id->length, uint64_t{1} << 63);
   EXPECT_EQ(id->headerSize, 255u);
+  EXPECT_EQ(id->inode, 0x0201u);
+  EXPECT_EQ(id->modified, 3u);
 }
 
 TEST(PlanObjectId, WireBytesOfAnyOtherSizeAreRefused) {
   EXPECT_FALSE(ObjectId::fromWire(""));
-  EXPECT_FALSE(ObjectId::fromWire(std::string(39, '\0')));
-  EXPECT_FALSE(ObjectId::fromWire(std::string(41, '\0')));
+  EXPECT_FALSE(ObjectId::fromWire(std::string(40, '\0')));  // protocol 5's
+  EXPECT_FALSE(ObjectId::fromWire(std::string(47, '\0')));
+  EXPECT_FALSE(ObjectId::fromWire(std::string(49, '\0')));
   EXPECT_FALSE(ObjectId::fromWire(std::string(16, '\0')));
 }
 
-TEST(PlanObjectId, IdsDifferingOnlyInDateAreDifferentObjects) {
-  EXPECT_NE(idOf(1, 100), idOf(1, 101));
+TEST(PlanObjectId, StoresOfOneFileInOneSecondAreDifferentObjects) {
+  EXPECT_NE(idOf(1, 1700000000'000000001), idOf(1, 1700000000'004000001));
+  ObjectId reused = idOf(1);
+  ++reused.inode;
+  EXPECT_NE(idOf(1), reused);
   EXPECT_EQ(idOf(1, 100), idOf(1, 100));
   EXPECT_EQ(ObjectIdHash{}(idOf(1, 100)), ObjectIdHash{}(idOf(1, 100)));
 }
@@ -568,9 +577,10 @@ TEST(PlanStore, FindCountsMissesThenHits) {
   const nlohmann::json entries = store.entries("pages", 10);
   ASSERT_EQ(entries.size(), 1u);
   EXPECT_EQ(entries[0]["key"], "01000000000000000000000000000000");
-  EXPECT_EQ(entries[0]["date"], 1700000000);
   EXPECT_EQ(entries[0]["length"], 4096);
   EXPECT_EQ(entries[0]["header_size"], 512);
+  EXPECT_EQ(entries[0]["inode"], 77);
+  EXPECT_EQ(entries[0]["modified"], 1700000000'000000001);
   EXPECT_EQ(entries[0]["steps"], 1);
   EXPECT_EQ(entries[0]["hits"], 2);
 }
@@ -641,6 +651,42 @@ TEST(PlanStore, DroppedPlanIsForgotten) {
 
   EXPECT_EQ(store.find("pages", idOf(1)), nullptr);
   expectZone(store, "pages", {{"drops", 1}, {"entries", 0}, {"bytes", 0}});
+}
+
+TEST(PlanStore, APurgeForgetsEveryStoreOfItsFilesInEveryZone) {
+  PlanStore store;
+  store.configureZone("pages", 1 << 20);
+  store.configureZone("other", 1 << 20);
+  ASSERT_TRUE(store.record("pages", idOf(1, 100), planOf(10)));
+  ASSERT_TRUE(store.record("pages", idOf(1, 200), planOf(10)));  // a refresh
+  ASSERT_TRUE(store.record("pages", idOf(2), planOf(10)));
+  ASSERT_TRUE(store.record("other", idOf(1, 100), planOf(10)));
+
+  EXPECT_EQ(store.purged({idOf(1).key, idOf(3).key}), 3u);
+
+  EXPECT_EQ(store.find("pages", idOf(1, 100)), nullptr);
+  EXPECT_EQ(store.find("pages", idOf(1, 200)), nullptr);
+  EXPECT_EQ(store.find("other", idOf(1, 100)), nullptr);
+  EXPECT_NE(store.find("pages", idOf(2)), nullptr);
+  expectZone(store, "pages",
+             {{"purged", 2}, {"entries", 1}, {"bytes", entryBytes(planOf(10))}});
+  expectZone(store, "other", {{"purged", 1}, {"entries", 0}, {"bytes", 0}});
+  EXPECT_EQ(store.purged({idOf(1).key}), 0u);  // nothing left to forget
+}
+
+TEST(PlanStore, APurgeAfterEvictionsAndDropsFindsOnlyWhatIsLeft) {
+  const size_t one = entryBytes(planOf(100));
+  PlanStore store;
+  store.configureZone("pages", 2 * one);
+  ASSERT_TRUE(store.record("pages", idOf(1), planOf(100)));
+  ASSERT_TRUE(store.record("pages", idOf(2), planOf(100)));
+  ASSERT_TRUE(store.record("pages", idOf(3), planOf(100)));  // evicts 1
+  store.drop("pages", idOf(2));
+
+  EXPECT_EQ(store.purged({idOf(1).key, idOf(2).key, idOf(3).key}), 1u);
+  expectZone(store, "pages", {{"purged", 1}, {"entries", 0}, {"bytes", 0}});
+  ASSERT_TRUE(store.record("pages", idOf(1), planOf(100)));
+  EXPECT_EQ(store.purged({idOf(1).key}), 1u);
 }
 
 TEST(PlanStore, RecordingAnIdAgainReplacesItsPlan) {

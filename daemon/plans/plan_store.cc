@@ -126,9 +126,10 @@ std::optional<ObjectId> ObjectId::fromWire(std::string_view bytes) {
   if (bytes.size() != kWireBytes) return std::nullopt;
   ObjectId id;
   std::copy_n(bytes.begin(), id.key.size(), id.key.begin());
-  id.date = readLittleEndian64(bytes.data() + 16);
-  id.length = readLittleEndian64(bytes.data() + 24);
-  id.headerSize = readLittleEndian64(bytes.data() + 32);
+  id.length = readLittleEndian64(bytes.data() + 16);
+  id.headerSize = readLittleEndian64(bytes.data() + 24);
+  id.inode = readLittleEndian64(bytes.data() + 32);
+  id.modified = readLittleEndian64(bytes.data() + 40);
   return id;
 }
 
@@ -138,9 +139,9 @@ size_t ObjectIdHash::operator()(const ObjectId& id) const noexcept {
   uint64_t h;
   static_assert(sizeof(h) <= sizeof(id.key));
   __builtin_memcpy(&h, id.key.data(), sizeof(h));
-  h ^= id.date * 0x9e3779b97f4a7c15ULL;
-  h ^= id.length * 0xc2b2ae3d27d4eb4fULL;
-  h ^= id.headerSize * 0x165667b19e3779f9ULL;
+  h ^= id.modified * 0x9e3779b97f4a7c15ULL;
+  h ^= id.inode * 0xc2b2ae3d27d4eb4fULL;
+  h ^= id.length * 0x165667b19e3779f9ULL;
   return static_cast<size_t>(h);
 }
 
@@ -358,6 +359,7 @@ bool PlanStore::record(std::string_view name, const ObjectId& id, Plan plan) {
   if (fresh) {
     zone.lru.push_front(id);
     entry.lru = zone.lru.begin();
+    zone.byKey.emplace(id.key, id);
   } else {
     forget(zone, entry);
     zone.lru.splice(zone.lru.begin(), zone.lru, entry.lru);
@@ -384,18 +386,49 @@ std::shared_ptr<const Plan> PlanStore::drop(std::string_view name, const ObjectI
   forget(zone, it->second);
   std::shared_ptr<const Plan> plan = std::move(it->second.plan);
   zone.lru.erase(it->second.lru);
+  eraseKey(zone, id);
   zone.entries.erase(it);
   ++zone.drops;
   return plan;
+}
+
+size_t PlanStore::purged(const std::vector<std::array<uint8_t, 16>>& keys) {
+  size_t count = 0;
+  for (auto& [name, zone] : zones_) {
+    for (const auto& key : keys) {
+      auto [first, last] = zone.byKey.equal_range(key);
+      for (auto k = first; k != last; ++k) {
+        auto it = zone.entries.find(k->second);
+        forget(zone, it->second);
+        zone.lru.erase(it->second.lru);
+        zone.entries.erase(it);
+        ++zone.purged;
+        ++count;
+      }
+      zone.byKey.erase(first, last);
+    }
+  }
+  return count;
 }
 
 void PlanStore::evictUntil(Zone& zone, uint64_t maxBytes) {
   while (zone.bytes > maxBytes && !zone.lru.empty()) {
     auto it = zone.entries.find(zone.lru.back());
     forget(zone, it->second);
+    eraseKey(zone, it->first);
     zone.entries.erase(it);
     zone.lru.pop_back();
     ++zone.evictions;
+  }
+}
+
+void PlanStore::eraseKey(Zone& zone, const ObjectId& id) {
+  auto [first, last] = zone.byKey.equal_range(id.key);
+  for (auto k = first; k != last; ++k) {
+    if (k->second == id) {
+      zone.byKey.erase(k);
+      return;
+    }
   }
 }
 
@@ -416,6 +449,7 @@ nlohmann::json PlanStore::zones() const {
                  {"recorded", zone.recorded},
                  {"evictions", zone.evictions},
                  {"too_large", zone.tooLarge},
+                 {"purged", zone.purged},
                  {"segment_bytes", zone.segmentBytes}};
   }
   return out;
@@ -430,9 +464,10 @@ nlohmann::json PlanStore::entries(std::string_view name, size_t limit) const {
     if (out.size() == limit) break;
     const Entry& entry = zone.entries.at(id);
     out.push_back({{"key", keyToHex(id.key)},
-                   {"date", id.date},
                    {"length", id.length},
                    {"header_size", id.headerSize},
+                   {"inode", id.inode},
+                   {"modified", id.modified},
                    {"steps", entry.plan->program.size() + entry.plan->checks.size()},
                    {"bytes", entry.bytes},
                    {"segments", entry.plan->segments.size()},

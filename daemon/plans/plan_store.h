@@ -14,9 +14,9 @@
 // and the short runs between them fit one check whole, the plan goes out
 // as one literal there (PlanSpan): the check then covers every byte that
 // literal stands for.  The
-// store is keyed on the object's identity (cache key MD5, Date, size, header
-// size); two objects can agree on all four, which is why replay never
-// trusts the key alone.  Each zone (esi_plan_zone) has a byte budget; the
+// store is keyed on the object's identity (ObjectId: one stored cache
+// file); a purge forgets every plan of the files it removes.  The checks
+// stay: a cache file rewritten in place keeps its identity.  Each zone (esi_plan_zone) has a byte budget; the
 // least recently used plans make room, and a plan larger than the budget is
 // not recorded.
 //
@@ -47,16 +47,20 @@
 
 namespace esi {
 
-// What the worker knows of a cached object before reading its body.
+// What the worker knows of a cached object before reading its body: its
+// cache file as it is on disk.  NGINX writes every store to a new file and
+// renames it into place, so a store gets an inode and a modification time
+// of its own (an inode alone is reused, a Date is only the second).
 struct ObjectId {
-  static constexpr size_t kWireBytes = 40;  // key, date, length, header size
+  static constexpr size_t kWireBytes = 48;  // key, then five u64
 
   std::array<uint8_t, 16> key{};  // the cache file's name (a variant's hash)
-  uint64_t date = 0;              // the cached response's Date
   uint64_t length = 0;            // the cache file's size
   uint64_t headerSize = 0;        // where its body starts
+  uint64_t inode = 0;
+  uint64_t modified = 0;          // st_mtim in nanoseconds
 
-  // From the 40 bytes the connector sends (little endian); nullopt when the
+  // From the 48 bytes the connector sends (little endian); nullopt when the
   // size is wrong.
   static std::optional<ObjectId> fromWire(std::string_view bytes);
   bool operator==(const ObjectId&) const = default;
@@ -197,11 +201,17 @@ class PlanStore {
   // Returns the plan forgotten, or null.
   std::shared_ptr<const Plan> drop(std::string_view zone, const ObjectId& id);
 
+  // A purge removed these cache files: forgets their plans, every identity
+  // of each, in every zone.  Returns how many.
+  size_t purged(const std::vector<std::array<uint8_t, 16>>& keys);
+
   // Per zone: entries, bytes, max_bytes, hits, misses, drops, recorded,
-  // evictions, too_large, segment_bytes (of bytes, those of segments).
+  // evictions, too_large, purged, segment_bytes (of bytes, those of
+  // segments).
   nlohmann::json zones() const;
   // One zone's entries, most recently used first, at most `limit`: key
-  // (hex), date, length, header_size, steps (program steps and checks),
+  // (hex), length, header_size, inode, modified (ns), steps (program steps
+  // and checks),
   // bytes, segments, segment_bytes, hits.  Null when there is no such zone.
   nlohmann::json entries(std::string_view zone, size_t limit) const;
 
@@ -218,7 +228,10 @@ class PlanStore {
     uint64_t segmentBytes = 0;  // part of bytes
     std::unordered_map<ObjectId, Entry, ObjectIdHash> entries;
     std::list<ObjectId> lru;  // front: most recently used
-    uint64_t hits = 0, misses = 0, drops = 0, recorded = 0, evictions = 0, tooLarge = 0;
+    // The identities recorded for each cache file: what a purge forgets.
+    std::multimap<std::array<uint8_t, 16>, ObjectId> byKey;
+    uint64_t hits = 0, misses = 0, drops = 0, recorded = 0, evictions = 0, tooLarge = 0,
+             purged = 0;
   };
 
   // The object's entry, counted as a hit and made the most recently used;
@@ -227,6 +240,8 @@ class PlanStore {
   void evictUntil(Zone& zone, uint64_t maxBytes);
   // Takes the entry's bytes off the zone's counts.
   static void forget(Zone& zone, const Entry& entry);
+  // Takes the identity off its key's list.
+  static void eraseKey(Zone& zone, const ObjectId& id);
 
   std::map<std::string, Zone, std::less<>> zones_;
 };

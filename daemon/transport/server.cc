@@ -68,6 +68,10 @@ class Server::Client {
 
   uv_pipe_t* pipe() { return pipe_; }
 
+  void forget(const std::vector<Md5>& files) {
+    if (session_ && !closing_) session_->sendForget(files);
+  }
+
   void start() {
     uv_read_start(reinterpret_cast<uv_stream_t*>(pipe_), onAlloc, onRead);
   }
@@ -160,7 +164,8 @@ class Server::Client {
       session_ = std::make_shared<WorkerSession>(
           server_.loop_, fd, server_.options_.ringSize, server_.stats_,
           server_.purger_, server_.orders_, server_.plans_, server_.arena_,
-          [this](std::string_view) { close(); });
+          [this](std::string_view) { close(); },
+          [&server = server_](const std::vector<Md5>& files) { server.purged(files); });
     } catch (const std::exception& e) {
       spdlog::error("cannot set up rings for a worker: {}", e.what());
       close();
@@ -234,6 +239,11 @@ Server::Server(uv_loop_t* loop, ServerOptions options, Stats& stats,
       orders_(orders), plans_(plans), arena_(arena), control_(std::move(control)) {}
 
 Server::~Server() { close(); }
+
+void Server::purged(const std::vector<Md5>& files) {
+  plans_.purged(files);
+  for (const auto& client : clients_) client->forget(files);
+}
 
 void Server::listen() {
   listener_ = new uv_pipe_t;

@@ -71,6 +71,9 @@ class Server {
   class Client;
   static void onConnection(uv_stream_t* listener, int status);
   void remove(Client* client);
+  // A worker's purge removes these files: esid's plans of them go, and
+  // every worker forgets what it keeps of them.
+  void purged(const std::vector<Md5>& files);
 
   uv_loop_t* loop_;
   ServerOptions options_;

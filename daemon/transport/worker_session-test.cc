@@ -44,6 +44,7 @@ struct Received {
   std::vector<std::string> purgedFiles;  // hex names
   bool purgeDone = false;
   bool purgeScanned = false;
+  std::vector<std::vector<std::string>> forgets;  // each Response.forget's
   std::string plan;  // "V0+3 C3:<esi I[/x?] ..." as the steps came; "" none
                      // (a verbatim step with a segment ends in "S")
   std::string failed;  // the reason of a Response.fail
@@ -237,6 +238,21 @@ class TestWorker {
         esi_ring_release(&toWorker);
         continue;
       }
+      if (esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET) == ESI_WIRE_RESPONSE_FORGET_WHICH) {
+        const uint8_t* files;
+        size_t n;
+        ASSERT_EQ(esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET), 0u);
+        ASSERT_EQ(esi_wire_get_data(&root, ESI_WIRE_RESPONSE_FORGET_PTR, &files, &n), 0);
+        ASSERT_EQ(n % 16, 0u);
+        received.forgets.emplace_back();
+        for (size_t i = 0; i < n; i += 16) {
+          Md5 md5;
+          std::memcpy(md5.data(), files + i, 16);
+          received.forgets.back().push_back(md5ToHex(md5));
+        }
+        esi_ring_release(&toWorker);
+        continue;
+      }
       if (esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET) == ESI_WIRE_RESPONSE_FAIL_WHICH) {
         const char* reason;
         size_t n;
@@ -388,7 +404,7 @@ class TestWorker {
   std::string sent_;
 };
 
-const std::string kObject(40, 'o');
+const std::string kObject(48, 'o');
 
 class WorkerSessionTest : public ::testing::Test {
  protected:
@@ -397,7 +413,11 @@ class WorkerSessionTest : public ::testing::Test {
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets_), 0);
     session_ = std::make_shared<WorkerSession>(
         &loop_, sockets_[0], 256 * 1024, stats_, purger_, orders_, plans_, arena_,
-        [this](std::string_view reason) { fatal_ = std::string(reason); });
+        [this](std::string_view reason) { fatal_ = std::string(reason); },
+        [this](const std::vector<Md5>& files) {
+          purgedCalls_.push_back(files);
+          session_->sendForget(files);  // as the server does, for each session
+        });
     ASSERT_TRUE(session_->start());
     worker_ = std::make_unique<TestWorker>(sockets_[1]);
   }
@@ -453,6 +473,7 @@ class WorkerSessionTest : public ::testing::Test {
   SegmentArena arena_{SegmentArena::kMinBytes};  // before the plans it holds
   PlanStore plans_;
   std::optional<std::string> fatal_;
+  std::vector<std::vector<Md5>> purgedCalls_;
   std::shared_ptr<WorkerSession> session_;
   std::unique_ptr<TestWorker> worker_;
 };
@@ -764,7 +785,7 @@ TEST_F(WorkerSessionTest, AReplayedHitIsCountedAsPlannedAndNeedsNoAnswer) {
   recordPlanOf(kStitchedPage, 6);
   worker_->replayed(kObject, "plans", true);
   worker_->replayed(kObject, "plans", false);
-  worker_->replayed(std::string(40, 'z'), "plans", false);  // a plan gone since
+  worker_->replayed(std::string(48, 'z'), "plans", false);  // a plan gone since
   serve();
   EXPECT_FALSE(fatal_);
   EXPECT_TRUE(worker_->received.plan.empty());
@@ -876,6 +897,41 @@ TEST_F(WorkerSessionTest, PurgeFindsEveryVariantByScanThenByIndex) {
   EXPECT_EQ(worker_->received.purgedFiles, std::vector<std::string>{md5ToHex(variant)});
   EXPECT_FALSE(fatal_);
   std::system(("rm -rf " + root).c_str());
+}
+
+TEST_F(WorkerSessionTest, APurgeThatFindsFilesIsAnnouncedAndForgottenBeforeItsAnswer) {
+  const std::string root = ::testing::TempDir() + "forget-zone-" + std::to_string(getpid());
+  mkdir(root.c_str(), 0700);
+  writeCacheFile(root + "/" + md5ToHex(md5Of("/page")), "/page");
+
+  worker_->zone("pages", root);
+  worker_->purgeKey(7, "pages", "/page");
+  awaitPurged();
+  ASSERT_EQ(purgedCalls_.size(), 1u);
+  EXPECT_EQ(purgedCalls_[0], std::vector<Md5>{md5Of("/page")});
+  ASSERT_EQ(worker_->received.forgets.size(), 1u);
+  EXPECT_EQ(worker_->received.forgets[0], std::vector<std::string>{md5ToHex(md5Of("/page"))});
+
+  worker_->purgeKey(8, "pages", "/gone");  // nothing found: nothing to forget
+  awaitPurged();
+  EXPECT_EQ(purgedCalls_.size(), 1u);
+  EXPECT_EQ(worker_->received.forgets.size(), 1u);
+  EXPECT_FALSE(fatal_);
+  std::system(("rm -rf " + root).c_str());
+}
+
+TEST_F(WorkerSessionTest, AForgetOfMoreFilesThanAWorkerKeepsListsNone) {
+  std::vector<Md5> many(1025);
+  for (size_t i = 0; i < many.size(); ++i) {
+    many[i][0] = static_cast<uint8_t>(i);
+    many[i][1] = static_cast<uint8_t>(i >> 8);
+  }
+  session_->sendForget(std::vector<Md5>(many.begin(), many.begin() + 1024));
+  session_->sendForget(many);
+  worker_->drain();
+  ASSERT_EQ(worker_->received.forgets.size(), 2u);
+  EXPECT_EQ(worker_->received.forgets[0].size(), 1024u);
+  EXPECT_EQ(worker_->received.forgets[1].size(), 0u);  // forget everything
 }
 
 TEST_F(WorkerSessionTest, BusyRingYieldsTheLoopAfterATurn) {

@@ -31,6 +31,9 @@ constexpr size_t kMaxKeyBytes = size_t{64} * 1024;
 constexpr size_t kMaxVarBytes = size_t{64} * 1024;
 // File names per Purged message: 256 KiB, well inside the smallest ring.
 constexpr size_t kFilesPerPurged = size_t{16} * 1024;
+// Files per Response.forget (16 KiB); a purge of more tells each worker to
+// forget every object it keeps (it keeps at most 1,024 plain ones).
+constexpr size_t kForgetFiles = 1024;
 // A body esid keeps whole while it records the body's plan; a longer one is
 // parsed every time.
 constexpr size_t kMaxRecordedBody = 16 << 20;
@@ -138,9 +141,10 @@ pid_t peerPid(int socketFd) {
 
 WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
                              Stats& stats, Purger& purger, PurgeOrders& orders,
-                             PlanStore& plans, SegmentArena& arena, FatalHandler onFatal)
+                             PlanStore& plans, SegmentArena& arena, FatalHandler onFatal,
+                             PurgedHandler onPurged)
     : socketFd_(socketFd), stats_(stats), purger_(purger), orders_(orders), plans_(plans),
-      arena_(arena), onFatal_(std::move(onFatal)),
+      arena_(arena), onFatal_(std::move(onFatal)), onPurged_(std::move(onPurged)),
       rings_(ringSize),
       pins_(PinTable::map(arena, rings_.memfd(), rings_.pinsOffset(), peerPid(socketFd))),
       poll_(new uv_poll_t),
@@ -250,6 +254,21 @@ bool WorkerSession::takePurgeOrder(uint32_t order, const PurgeQuery& query) {
   }
   send(message);
   return !stopped_;
+}
+
+void WorkerSession::sendForget(const std::vector<Md5>& files) {
+  // An identity a worker keeps is never that of a later store, so a lost
+  // forget costs memory for a second, never a wrong byte.
+  if (stopped_ || pending_.size() >= kMaxPendingAnswers) return;
+  const size_t listed = files.size() <= kForgetFiles ? files.size() : 0;
+  capnp::MallocMessageBuilder message(listed * 2 + 16);
+  auto response = message.initRoot<wire::Response>();
+  response.setStream(0);
+  auto forget = response.initForget(static_cast<unsigned>(listed * sizeof(Md5)));
+  for (size_t i = 0; i < listed; ++i) {
+    std::copy(files[i].begin(), files[i].end(), forget.begin() + i * sizeof(Md5));
+  }
+  send(message);
 }
 
 void WorkerSession::onPoll(uv_poll_t* handle, int status, int) {
@@ -654,7 +673,10 @@ bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
   query.value.assign(value.cStr(), value.size());
   // The answer may come after a scan, by which time the worker may be gone.
   purger_.purge(std::move(query), [self = weak_from_this(), id](const PurgeOutcome& outcome) {
-    if (auto session = self.lock()) session->sendPurged(id, outcome);
+    auto session = self.lock();
+    if (!session) return;
+    if (!outcome.files.empty()) session->onPurged_(outcome.files);
+    session->sendPurged(id, outcome);
   });
   return true;
 }

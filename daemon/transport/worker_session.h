@@ -34,12 +34,14 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
  public:
   // Called when the session must end: a protocol violation or a broken ring.
   using FatalHandler = std::function<void(std::string_view reason)>;
+  // Called with the cache files a purge of this worker's is about to remove.
+  using PurgedHandler = std::function<void(const std::vector<Md5>& files)>;
 
   // Throws std::system_error when the rings cannot be created.  The arena
   // must outlive the session.
   WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize, Stats& stats,
                 Purger& purger, PurgeOrders& orders, PlanStore& plans,
-                SegmentArena& arena, FatalHandler onFatal);
+                SegmentArena& arena, FatalHandler onFatal, PurgedHandler onPurged);
   ~WorkerSession() override;
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;
@@ -56,6 +58,10 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   void drainReports();
 
   bool takePurgeOrder(uint32_t order, const PurgeQuery& query) override;
+
+  // Tells the worker that a purge removes these files (Response.forget): it
+  // forgets what it keeps of them.
+  void sendForget(const std::vector<Md5>& files);
 
  private:
   // The plan a stream records, once it ends.
@@ -104,6 +110,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   PlanStore& plans_;
   SegmentArena& arena_;
   FatalHandler onFatal_;
+  PurgedHandler onPurged_;
   SharedRings rings_;
   // In a mapping of its own: retired to the arena when the session ends.
   std::unique_ptr<PinTable> pins_;

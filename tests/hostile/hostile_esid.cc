@@ -492,16 +492,17 @@ void Connection::misbehave(uint32_t id, Stream& stream, bool last) {
   }
 }
 
-// The object is key (16 bytes), Date, file size and header size (u64 LE):
-// the plan covers the body, file size minus header size.
+// The object is key (16 bytes), file size, header size, inode and
+// modification time (u64 LE): the plan covers the body, file size minus
+// header size.
 void Connection::lieInAPlan(uint32_t id, capnp::Data::Reader object) {
-  if (object.size() != 40) return;
+  if (object.size() != 48) return;
   auto u64At = [&](size_t at) {
     uint64_t v = 0;
     for (size_t k = 0; k < 8; ++k) v |= uint64_t{object[at + k]} << (8 * k);
     return v;
   };
-  const uint64_t length = u64At(24) - u64At(32);
+  const uint64_t length = u64At(16) - u64At(24);
   misbehaved_ = true;
   std::fprintf(stderr, "hostile: %s on stream %u of connection %u\n",
                options_.modeName.data(), id, number_);

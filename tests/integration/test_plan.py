@@ -59,21 +59,24 @@ class PlanTestCase(EsiTestCase):
         return files[0]
 
     def rewrite_cached_body(self, old, new):
-        """The same object on disk (same key, Date, size, header size)
-        with other bytes: what a plan cannot tell from its key.  Returns
-        a function that puts the original back."""
+        """The same object on disk (same file, size, header size and
+        modification time) with other bytes: what no identity tells
+        apart, so the plan's checks must.  Returns a function that puts
+        the original back."""
         self.assertEqual(len(old), len(new))
         path = self.cache_file()
         with open(path, "rb") as f:
             data = f.read()
         self.assertEqual(data.count(old.encode()), 1)
-        with open(path, "wb") as f:
-            f.write(data.replace(old.encode(), new.encode()))
+        stat = os.stat(path)
 
-        def restore():
-            with open(path, "wb") as f:
-                f.write(data)
-        return restore
+        def write(content):
+            with open(path, "r+b") as f:
+                f.write(content)
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+        write(data.replace(old.encode(), new.encode()))
+        return lambda: write(data)
 
 
 class PlanTest(PlanTestCase):
