@@ -348,13 +348,14 @@ class EsiTestCase(unittest.TestCase):
         self.esid = proc
         return proc
 
-    def start_esid_socket_activated(self):
+    def start_esid_socket_activated(self, *extra):
         """esid started by systemd-socket-activate on first connection."""
         tool = shutil.which("systemd-socket-activate")
         if tool is None:
             self.fail("systemd-socket-activate not found (packaging/deps.sh "
                       "installs systemd)")
-        argv = [tool, "-l", self.socket_path, ESID] + list(self.ESID_ARGS)
+        argv = [tool, "-l", self.socket_path, ESID] + list(self.ESID_ARGS) \
+            + list(extra)
         proc = self.spawn("esid-activated-%d" % len(self.processes), argv)
         if not poll(lambda: not proc.alive()
                     or os.path.exists(self.socket_path)) or not proc.alive():
