@@ -252,6 +252,8 @@ class EsiTestCase(unittest.TestCase):
     LOCATIONS = ""          # extra location blocks
     LISTEN = ""             # extra parameters of the listen directive
     ESID = True             # start esid before nginx
+    USER = None             # the user directive's arguments; None: root
+                            # when the tests run as root, else none
     ESID_ARGS = ("--log-level", "debug")
 
     maxDiff = 4096
@@ -387,7 +389,8 @@ class EsiTestCase(unittest.TestCase):
             "LISTEN": self.LISTEN,
         }
         values = {
-            "USER": "user root;" if os.geteuid() == 0 else "",
+            "USER": ("user %s;" % self.USER if self.USER is not None
+                     else "user root;" if os.geteuid() == 0 else ""),
             "WORKERS": str(self.WORKERS),
             "TMP": self.tmp,
             "LOAD_MODULE": ("" if MODULE == "builtin"

@@ -1,5 +1,5 @@
-"""esid as an operator meets it: its socket (group and mode), socket
-activation, SIGTERM, --help, and esictl."""
+"""esid as an operator meets it: its socket (group, mode, and a worker that
+may not connect), socket activation, SIGTERM, --help, and esictl."""
 
 import grp
 import os
@@ -117,6 +117,68 @@ class SocketActivationTest(EsiTestCase):
                          (before.st_gid, before.st_mode))
         self.assertNotEqual(after.st_gid, grp.getgrnam("nogroup").gr_gid)
         self.assertNotEqual(stat.S_IMODE(after.st_mode), 0o600)
+
+
+class SocketDeniedTest(EsiTestCase):
+    """NGINX's workers run as nobody:nogroup and esid's socket is root's,
+    mode 0660: connect() fails with EACCES.  Pages pass through
+    unprocessed, and the error log says why and what to do, once for each
+    time the connection is lost rather than on every retry."""
+
+    USER = "nobody nogroup"
+    ESID = False
+
+    DENIED = ("[error]", "esi: connect() to unix:%s failed: the socket is "
+              "owned by root:root with mode 0660, and this worker runs as "
+              "user nobody (uid 65534) group nogroup (gid 65534); run esid "
+              "with --socket-group nogroup (under systemd: "
+              "SocketGroup=nogroup in esid.socket), or set nginx's \"user\" "
+              "directive to a user in group root (13: Permission denied)")
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("workers run as nobody only when nginx starts as "
+                          "root")
+        # The workers must reach the socket and the temp dir's files.
+        os.chmod(self.tmp, 0o711)
+        self.origin.route("/page", PAGE)
+        self.origin.route("/esi/x", "X")
+
+    def denials(self):
+        level, text = self.DENIED
+        line = text % self.socket_path
+        return [l for l in self.error_log().splitlines()
+                if level in l and l.endswith(line)]
+
+    def test_pages_pass_through_and_one_error_says_why(self):
+        self.start_esid()
+        for _ in range(3):
+            self.assertBody("/page", PAGE.encode())
+        self.assertEqual(self.esi_status(3), "passthrough")
+        self.assertEqual(len(self.denials()), 1, self.error_log())
+        self.assertNotIn("[warn]", "\n".join(
+            l for l in self.error_log().splitlines() if "connect()" in l))
+
+    def test_the_socket_group_lets_the_workers_in(self):
+        self.start_esid("--socket-group", "nogroup")
+        self.assertBody("/page", b"aXc")
+        self.assertEqual(self.denials(), [])
+
+    def test_the_error_comes_again_after_a_connection_is_lost(self):
+        self.start_esid()
+        self.assertBody("/page", PAGE.encode())
+        self.assertEqual(len(self.denials()), 1, self.error_log())
+        self.esid.stop()
+        self.start_esid("--socket-group", "nogroup")
+        self.assertTrue(poll(lambda: self.get("/page")[2] == b"aXc"),
+                        self.error_log())
+        self.esid.stop()
+        self.start_esid()
+        self.assertBody("/page", PAGE.encode())
+        # The worker may serve that page before it sees esid go.
+        self.assertTrue(poll(lambda: len(self.denials()) == 2),
+                        self.error_log())
 
 
 class EsictlTest(EsiTestCase):
