@@ -488,6 +488,10 @@ typedef struct {
 static ngx_int_t ngx_http_esi_init_process(ngx_cycle_t *cycle);
 static void ngx_http_esi_exit_process(ngx_cycle_t *cycle);
 static void ngx_http_esi_connect(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_connect_denied(ngx_http_esi_daemon_t *d,
+    ngx_err_t err);
+static ngx_str_t ngx_http_esi_id_name(u_char *buf, size_t size,
+    ngx_uint_t id, ngx_uint_t group);
 static void ngx_http_esi_reconnect_handler(ngx_event_t *ev);
 static void ngx_http_esi_hello_handler(ngx_event_t *wev);
 static void ngx_http_esi_socket_handler(ngx_event_t *rev);
@@ -1139,8 +1143,16 @@ ngx_http_esi_connect(ngx_http_esi_daemon_t *d)
         level = (err == d->last_err) ? NGX_LOG_DEBUG : NGX_LOG_WARN;
         d->last_err = err;
 
-        ngx_log_error(level, d->log, err,
-                      "esi: connect() to %V failed", &d->conf->daemon);
+        if ((err == NGX_EACCES || err == NGX_EPERM)
+            && level != NGX_LOG_DEBUG)
+        {
+            ngx_http_esi_connect_denied(d, err);
+
+        } else {
+            ngx_log_error(level, d->log, err,
+                          "esi: connect() to %V failed", &d->conf->daemon);
+        }
+
         goto failed;
     }
 
@@ -1190,6 +1202,112 @@ ngx_http_esi_connect(ngx_http_esi_daemon_t *d)
 failed:
 
     ngx_http_esi_drop(d, NGX_LOG_DEBUG, NULL);
+}
+
+
+/*
+ * The worker may not connect to esid's socket: every page passes through
+ * unprocessed until an operator acts, so say what to do, once for each
+ * time the connection is lost (d->last_err).  The names are looked up
+ * here only, when the error is new.
+ */
+
+static void
+ngx_http_esi_connect_denied(ngx_http_esi_daemon_t *d, ngx_err_t err)
+{
+    u_char               mode[4];
+    u_char               user[64], group[64], owner[64], owner_group[64];
+    uid_t                euid;
+    gid_t                egid;
+    ngx_str_t            worker_user, worker_group, sock_user, sock_group;
+    struct stat          sb;
+    struct sockaddr_un  *saun;
+
+    saun = (struct sockaddr_un *) d->conf->url.addrs[0].sockaddr;
+
+    euid = geteuid();
+    egid = getegid();
+    worker_user = ngx_http_esi_id_name(user, sizeof(user), euid, 0);
+    worker_group = ngx_http_esi_id_name(group, sizeof(group), egid, 1);
+
+    if (stat(saun->sun_path, &sb) == -1) {
+
+        if (ngx_errno != NGX_EACCES) {
+            ngx_log_error(NGX_LOG_ERR, d->log, err,
+                          "esi: connect() to %V failed", &d->conf->daemon);
+            return;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, d->log, err,
+                      "esi: connect() to %V failed: this worker, user %V "
+                      "(uid %ui) group %V (gid %ui), cannot reach the "
+                      "socket: a directory above it is not searchable "
+                      "by the worker's user or group",
+                      &d->conf->daemon, &worker_user, (ngx_uint_t) euid,
+                      &worker_group, (ngx_uint_t) egid);
+        return;
+    }
+
+    sock_user = ngx_http_esi_id_name(owner, sizeof(owner), sb.st_uid, 0);
+    sock_group = ngx_http_esi_id_name(owner_group, sizeof(owner_group),
+                                      sb.st_gid, 1);
+
+    mode[0] = (u_char) ('0' + ((sb.st_mode >> 9) & 7));
+    mode[1] = (u_char) ('0' + ((sb.st_mode >> 6) & 7));
+    mode[2] = (u_char) ('0' + ((sb.st_mode >> 3) & 7));
+    mode[3] = (u_char) ('0' + (sb.st_mode & 7));
+
+    ngx_log_error(NGX_LOG_ERR, d->log, err,
+                  "esi: connect() to %V failed: the socket is owned by "
+                  "%V:%V with mode %*s, and this worker runs as user %V "
+                  "(uid %ui) group %V (gid %ui); run esid with "
+                  "--socket-group %V (under systemd: SocketGroup=%V in "
+                  "esid.socket), or set nginx's \"user\" directive to a "
+                  "user in group %V",
+                  &d->conf->daemon, &sock_user, &sock_group,
+                  (size_t) 4, mode, &worker_user, (ngx_uint_t) euid,
+                  &worker_group, (ngx_uint_t) egid, &worker_group,
+                  &worker_group, &sock_group);
+}
+
+
+/* a user's (or with group set, a group's) name, else its number */
+
+static ngx_str_t
+ngx_http_esi_id_name(u_char *buf, size_t size, ngx_uint_t id,
+    ngx_uint_t group)
+{
+    char           *name, lookup[4096];
+    ngx_str_t       s;
+    struct group    gr, *grp;
+    struct passwd   pw, *pwp;
+
+    name = NULL;
+
+    if (group) {
+        if (getgrgid_r((gid_t) id, &gr, lookup, sizeof(lookup), &grp) == 0
+            && grp != NULL)
+        {
+            name = gr.gr_name;
+        }
+
+    } else if (getpwuid_r((uid_t) id, &pw, lookup, sizeof(lookup), &pwp)
+               == 0
+               && pwp != NULL)
+    {
+        name = pw.pw_name;
+    }
+
+    s.data = buf;
+
+    if (name) {
+        s.len = ngx_slprintf(buf, buf + size, "%s", name) - buf;
+
+    } else {
+        s.len = ngx_slprintf(buf, buf + size, "%ui", id) - buf;
+    }
+
+    return s;
 }
 
 

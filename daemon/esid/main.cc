@@ -65,6 +65,12 @@ void logOverrides(const esi::SettingsLayer& file, const esi::SettingsLayer& comm
   if (file.socketPath && commandLine.socketPath) {
     spdlog::info("--socket overrides socket in the config file");
   }
+  if (file.socketGroup && commandLine.socketGroup) {
+    spdlog::info("--socket-group overrides socket_group in the config file");
+  }
+  if (file.socketMode && commandLine.socketMode) {
+    spdlog::info("--socket-mode overrides socket_mode in the config file");
+  }
   if (file.ringSize && commandLine.ringSize) {
     spdlog::info("--ring-size overrides ring_size in the config file");
   }
@@ -100,6 +106,14 @@ void onHangup(uv_signal_t* handle, int) {
                  reload->server->describe());
     next.socketPath = reload->current.socketPath;
   }
+  if (next.socketGroup != reload->current.socketGroup ||
+      next.socketMode.value_or(esi::kDefaultSocketMode) !=
+          reload->current.socketMode.value_or(esi::kDefaultSocketMode)) {
+    spdlog::warn("SIGHUP: the socket's group and mode change only when esid restarts; "
+                 "still {}", reload->server->describe());
+    next.socketGroup = reload->current.socketGroup;
+    next.socketMode = reload->current.socketMode;
+  }
   if (next.segmentArena != reload->current.segmentArena) {
     spdlog::warn("SIGHUP: the segment arena's size changes only when esid restarts; "
                  "still {} bytes", reload->current.segmentArena);
@@ -131,7 +145,8 @@ void onHangup(uv_signal_t* handle, int) {
 // std::terminate's abort.
 int main(int argc, char** argv) try {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
-  std::string configPath, socketPath, ringSize, segmentArena, level, group;
+  std::string configPath, socketPath, socketGroup, socketMode, ringSize, segmentArena, level,
+      group;
   bool checkOnly = false;
   app.add_option("--config", configPath,
                  "Settings file (key = value), re-read on SIGHUP; flags override it")
@@ -140,6 +155,14 @@ int main(int argc, char** argv) try {
       "--socket", socketPath,
       "Unix socket to listen on (unused under systemd socket activation) "
       "[default: /run/esid/esid.sock]");
+  auto* socketGroupOption = app.add_option(
+      "--socket-group", socketGroup,
+      "Group of the socket esid creates, NGINX's user's (www-data on Debian); "
+      "ignored under socket activation [default: esid's own]");
+  auto* socketModeOption = app.add_option(
+      "--socket-mode", socketMode,
+      "Octal mode of the socket esid creates, never world-writable; ignored "
+      "under socket activation [default: 0660]");
   auto* ringOption = app.add_option(
       "--ring-size", ringSize,
       "Bytes of each shared-memory ring per NGINX worker: a power of two from "
@@ -160,6 +183,13 @@ int main(int argc, char** argv) try {
   esi::SettingsLayer commandLine, file;
   try {
     if (socketOption->count() > 0) commandLine.socketPath = socketPath;
+    if (socketGroupOption->count() > 0) {
+      esi::parseGroup(socketGroup);
+      commandLine.socketGroup = socketGroup;
+    }
+    if (socketModeOption->count() > 0) {
+      commandLine.socketMode = esi::parseSocketMode(socketMode);
+    }
     if (ringOption->count() > 0) commandLine.ringSize = esi::parseRingSize(ringSize);
     if (arenaOption->count() > 0) {
       commandLine.segmentArena = esi::parseSegmentArena(segmentArena);
@@ -176,9 +206,12 @@ int main(int argc, char** argv) try {
   }
   const esi::Settings settings = esi::Settings::resolve(file, commandLine);
   if (checkOnly) {
-    std::printf("socket = %s\nring_size = %u\nsegment_arena = %llu\nlog_level = %s\n"
-                "control_group = %s\n",
-                settings.socketPath.c_str(), settings.ringSize,
+    std::printf("socket = %s\nsocket_group = %s\nsocket_mode = %s\nring_size = %u\n"
+                "segment_arena = %llu\nlog_level = %s\ncontrol_group = %s\n",
+                settings.socketPath.c_str(),
+                settings.socketGroup.empty() ? "(none)" : settings.socketGroup.c_str(),
+                esi::socketModeName(settings.socketMode.value_or(esi::kDefaultSocketMode)).c_str(),
+                settings.ringSize,
                 static_cast<unsigned long long>(settings.segmentArena),
                 esi::logLevelName(settings.logLevel).c_str(),
                 settings.controlGroup.empty() ? "(none)" : settings.controlGroup.c_str());
@@ -191,6 +224,17 @@ int main(int argc, char** argv) try {
 
   esi::ServerOptions options;
   options.socketPath = settings.socketPath;
+  options.socketMode = settings.socketMode;
+  if (!settings.socketGroup.empty()) {
+    // The name was checked when read; here it becomes a gid.
+    try {
+      options.socketGroup = esi::parseGroup(settings.socketGroup);
+    } catch (const std::invalid_argument& e) {
+      spdlog::critical("socket_group: {}", e.what());
+      return 2;
+    }
+    options.socketGroupName = settings.socketGroup;
+  }
   options.ringSize = settings.ringSize;
 
   uv_loop_t* loop = uv_default_loop();

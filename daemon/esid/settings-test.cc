@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace esi {
 namespace {
@@ -50,6 +51,67 @@ TEST(SettingsFile, ControlGroupMustExist) {
   EXPECT_EQ(parseGroup("0"), 0u);
   EXPECT_THROW(parseSettingsFile("control_group = no-such-group-here\n", "f"),
                std::invalid_argument);
+}
+
+TEST(SettingsFile, SocketGroupAndModeAreReadAndTheGroupMustExist) {
+  const auto layer = parseSettingsFile("socket_group = root\nsocket_mode = 0640\n", "f");
+  EXPECT_EQ(layer.socketGroup, "root");
+  EXPECT_EQ(layer.socketMode, mode_t{0640});
+  const Settings s = Settings::resolve(layer, {});
+  EXPECT_EQ(s.socketGroup, "root");
+  EXPECT_EQ(s.socketMode, mode_t{0640});
+  EXPECT_THROW(parseSettingsFile("socket_group = no-such-group-here\n", "f"),
+               std::invalid_argument);
+}
+
+TEST(SettingsFile, ASocketGroupAndModeLeftOutAreEsidsGroupAnd0660) {
+  const Settings s = Settings::resolve({}, {});
+  EXPECT_EQ(s.socketGroup, "");
+  EXPECT_FALSE(s.socketMode);
+  EXPECT_EQ(kDefaultSocketMode, mode_t{0660});
+}
+
+TEST(SettingsFile, AWorldWritableSocketModeIsRefusedWithItsLine) {
+  try {
+    parseSettingsFile("socket_mode = 0660\nsocket_mode = 0666\n", "/etc/esid/esid.conf");
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("/etc/esid/esid.conf:2: socket mode 0666 is world-writable", 0), 0u)
+        << what;
+    EXPECT_NE(what.find("socket_group"), std::string::npos) << what;
+  }
+}
+
+TEST(SocketMode, AcceptsOctalPermissionBitsThatAreNotWorldWritable) {
+  EXPECT_EQ(parseSocketMode("0660"), mode_t{0660});
+  EXPECT_EQ(parseSocketMode("660"), mode_t{0660});
+  EXPECT_EQ(parseSocketMode("0600"), mode_t{0600});
+  EXPECT_EQ(parseSocketMode(" 0775 "), mode_t{0775});
+  EXPECT_EQ(parseSocketMode("0"), mode_t{0});
+  EXPECT_THROW(parseSocketMode("0666"), std::invalid_argument);
+  EXPECT_THROW(parseSocketMode("0602"), std::invalid_argument);
+  EXPECT_THROW(parseSocketMode("0777"), std::invalid_argument);
+  EXPECT_THROW(parseSocketMode("4660"), std::invalid_argument);   // setuid: not permission bits
+  EXPECT_THROW(parseSocketMode("0680"), std::invalid_argument);   // 8 is no octal digit
+  EXPECT_THROW(parseSocketMode("u+rw"), std::invalid_argument);
+  EXPECT_THROW(parseSocketMode(""), std::invalid_argument);
+  EXPECT_THROW(parseSocketMode("-660"), std::invalid_argument);
+  EXPECT_THROW(parseSocketMode("00660"), std::invalid_argument);
+  EXPECT_EQ(socketModeName(0660), "0660");
+  EXPECT_EQ(socketModeName(07), "0007");
+}
+
+TEST(Settings, SocketGroupAndModeChangesAreDescribed) {
+  Settings before, after;
+  after.socketMode = kDefaultSocketMode;  // said, but what it was
+  EXPECT_TRUE(describeChanges(before, after).empty());
+  after.socketGroup = "root";
+  after.socketMode = 0640;
+  const auto changes = describeChanges(before, after);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0], "socket_group: (none) -> root");
+  EXPECT_EQ(changes[1], "socket_mode: 0660 -> 0640");
 }
 
 TEST(RingSize, AcceptsBytesAndSuffixesWithinBounds) {

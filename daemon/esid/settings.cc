@@ -1,6 +1,7 @@
 #include "esid/settings.h"
 
 #include <grp.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <charconv>
@@ -79,6 +80,8 @@ Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& comma
   Settings s;
   for (const SettingsLayer* layer : {&file, &commandLine}) {
     if (layer->socketPath) s.socketPath = *layer->socketPath;
+    if (layer->socketGroup) s.socketGroup = *layer->socketGroup;
+    if (layer->socketMode) s.socketMode = *layer->socketMode;
     if (layer->ringSize) s.ringSize = *layer->ringSize;
     if (layer->segmentArena) s.segmentArena = *layer->segmentArena;
     if (layer->logLevel) s.logLevel = *layer->logLevel;
@@ -107,6 +110,35 @@ uint64_t parseSegmentArena(std::string_view text) {
                                 " is outside [1M, 64G]");
   }
   return value;
+}
+
+mode_t parseSocketMode(std::string_view text) {
+  text = trim(text);
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 8);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() ||
+      text.size() > 4) {
+    throw std::invalid_argument("socket mode \"" + std::string(text) +
+                                "\" is not an octal mode such as 0660");
+  }
+  if (value > 0777) {
+    throw std::invalid_argument("socket mode " + std::string(text) +
+                                ": only permission bits (at most 0777)");
+  }
+  const auto mode = static_cast<mode_t>(value);
+  if ((mode & S_IWOTH) != 0) {
+    throw std::invalid_argument("socket mode " + socketModeName(mode) +
+                                " is world-writable: any local user could speak to esid; "
+                                "give NGINX's user the socket's group (socket_group, "
+                                "--socket-group) instead");
+  }
+  return mode;
+}
+
+std::string socketModeName(mode_t mode) {
+  std::string name(4, '0');
+  for (int i = 3; i >= 0; --i, mode >>= 3) name[i] = static_cast<char>('0' + (mode & 7));
+  return name;
 }
 
 spdlog::level::level_enum parseLogLevel(std::string_view text) {
@@ -163,6 +195,11 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
     try {
       if (key == "socket") {
         layer.socketPath = std::string(value);
+      } else if (key == "socket_group") {
+        parseGroup(value);
+        layer.socketGroup = std::string(value);
+      } else if (key == "socket_mode") {
+        layer.socketMode = parseSocketMode(value);
       } else if (key == "ring_size") {
         layer.ringSize = parseRingSize(value);
       } else if (key == "segment_arena") {
@@ -174,8 +211,8 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
         layer.controlGroup = std::string(value);
       } else {
         throw std::invalid_argument("unknown key \"" + std::string(key) +
-                                    "\" (known: socket, ring_size, segment_arena, log_level, "
-                                    "control_group)");
+                                    "\" (known: socket, socket_group, socket_mode, ring_size, "
+                                    "segment_arena, log_level, control_group)");
       }
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where() + e.what());
@@ -197,6 +234,16 @@ std::vector<std::string> describeChanges(const Settings& before, const Settings&
   std::vector<std::string> changes;
   if (before.socketPath != after.socketPath) {
     changes.push_back("socket: " + before.socketPath + " -> " + after.socketPath);
+  }
+  if (before.socketGroup != after.socketGroup) {
+    changes.push_back("socket_group: " + (before.socketGroup.empty() ? "(none)" : before.socketGroup) +
+                      " -> " + (after.socketGroup.empty() ? "(none)" : after.socketGroup));
+  }
+  const mode_t modeBefore = before.socketMode.value_or(kDefaultSocketMode);
+  const mode_t modeAfter = after.socketMode.value_or(kDefaultSocketMode);
+  if (modeBefore != modeAfter) {
+    changes.push_back("socket_mode: " + socketModeName(modeBefore) + " -> " +
+                      socketModeName(modeAfter));
   }
   if (before.ringSize != after.ringSize) {
     changes.push_back("ring_size: " + std::to_string(before.ringSize) + " -> " +

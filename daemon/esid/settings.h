@@ -8,6 +8,8 @@
 // ignored.  Keys:
 //
 //     socket    = /run/esid/esid.sock   # read at start only
+//     socket_group = www-data           # the socket's group; read at start only
+//     socket_mode = 0660                # octal, never o+w; read at start only
 //     ring_size = 1M                    # bytes, K/M suffixes, a power of two
 //     segment_arena = 256M              # bytes, K/M/G suffixes; read at start only
 //     log_level = info                  # trace debug info warn error critical off
@@ -32,11 +34,14 @@ constexpr uint32_t kMinRingSize = 256u << 10;
 constexpr uint32_t kMaxRingSize = 64u << 20;
 constexpr uint64_t kMinSegmentArena = uint64_t{1} << 20;
 constexpr uint64_t kMaxSegmentArena = uint64_t{64} << 30;
+constexpr mode_t kDefaultSocketMode = 0660;
 
 // Values that one source sets; an empty optional leaves the value to the
 // source below it.
 struct SettingsLayer {
   std::optional<std::string> socketPath;
+  std::optional<std::string> socketGroup;  // a group's name or number
+  std::optional<mode_t> socketMode;
   std::optional<uint32_t> ringSize;
   std::optional<uint64_t> segmentArena;
   std::optional<spdlog::level::level_enum> logLevel;
@@ -46,6 +51,8 @@ struct SettingsLayer {
 // The values esid runs with.
 struct Settings {
   std::string socketPath = "/run/esid/esid.sock";
+  std::string socketGroup;  // empty: esid's own group
+  std::optional<mode_t> socketMode;  // empty: kDefaultSocketMode
   uint32_t ringSize = 1u << 20;
   uint64_t segmentArena = uint64_t{256} << 20;  // the gzip segments of plans
   spdlog::level::level_enum logLevel = spdlog::level::info;
@@ -62,6 +69,14 @@ uint32_t parseRingSize(std::string_view text);
 // "268435456", "256M", "1G": bytes in [kMinSegmentArena, kMaxSegmentArena].
 // Throws std::invalid_argument saying what is wrong.
 uint64_t parseSegmentArena(std::string_view text);
+
+// "0660", "660", "0600": octal permission bits, at most 0777, never o+w
+// (any local user could then speak to esid).  Throws std::invalid_argument
+// saying what is wrong.
+mode_t parseSocketMode(std::string_view text);
+
+// "0660": the four octal digits of mode's permission bits.
+std::string socketModeName(mode_t mode);
 
 // "trace" ... "off".  Throws std::invalid_argument for anything else.
 spdlog::level::level_enum parseLogLevel(std::string_view text);

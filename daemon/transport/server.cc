@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -255,6 +256,10 @@ void Server::listen() {
       throw std::runtime_error(std::string("cannot use the socket systemd passed: ") + uv_strerror(rc));
     }
     where_ = "socket from systemd (fd 3)";
+    if (options_.socketGroup || options_.socketMode) {
+      spdlog::info("socket_group and socket_mode are ignored: systemd passed the socket, "
+                   "so its unit's SocketGroup= and SocketMode= decide");
+    }
   } else {
     const std::string& path = options_.socketPath;
     struct stat st;
@@ -267,15 +272,28 @@ void Server::listen() {
       }
       unlink(path.c_str());
     }
-    // Owner and group only: NGINX's workers reach it through the group.
-    const mode_t old = umask(0117);
+    // Owner only until the socket has its group; then owner and group (or
+    // the mode asked for): NGINX's workers reach it through the group.
+    const mode_t old = umask(0177);
     const int rc = uv_pipe_bind(listener_, path.c_str());
     umask(old);
     if (rc != 0) {
       throw std::runtime_error("cannot bind " + path + ": " + uv_strerror(rc));
     }
     ownsPath_ = true;
-    where_ = path;
+    if (options_.socketGroup &&
+        chown(path.c_str(), static_cast<uid_t>(-1), *options_.socketGroup) != 0) {
+      throw std::runtime_error("cannot give " + path + " to group " + options_.socketGroupName +
+                               ": " + std::strerror(errno) +
+                               " (esid must run as root or as a member of the group)");
+    }
+    const mode_t mode = options_.socketMode.value_or(0660);
+    if (chmod(path.c_str(), mode) != 0) {
+      throw std::runtime_error(fmt::format("cannot set mode {:04o} on {}: {}", mode, path,
+                                           std::strerror(errno)));
+    }
+    where_ = fmt::format("{}, mode {:04o}{}{}", path, mode,
+                         options_.socketGroup ? ", group " : "", options_.socketGroupName);
   }
 
   if (int rc = uv_listen(reinterpret_cast<uv_stream_t*>(listener_), SOMAXCONN, onConnection);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,7 +43,13 @@ using ControlHandler = std::function<void(std::string_view command, const PeerCr
                                           ControlAnswerFn answer)>;
 
 struct ServerOptions {
-  std::string socketPath;  // ignored when systemd passed a socket
+  // The socket esid creates: its path, group (empty: esid's own) and mode
+  // (empty: 0660).  All ignored when systemd passed a socket: its unit's
+  // SocketGroup= and SocketMode= decide.
+  std::string socketPath;
+  std::optional<gid_t> socketGroup;
+  std::string socketGroupName;  // as the operator named it, for messages
+  std::optional<mode_t> socketMode;
   uint32_t ringSize = 1 << 20;
 };
 

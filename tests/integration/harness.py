@@ -252,6 +252,8 @@ class EsiTestCase(unittest.TestCase):
     LOCATIONS = ""          # extra location blocks
     LISTEN = ""             # extra parameters of the listen directive
     ESID = True             # start esid before nginx
+    USER = None             # the user directive's arguments; None: root
+                            # when the tests run as root, else none
     ESID_ARGS = ("--log-level", "debug")
 
     maxDiff = 4096
@@ -348,13 +350,14 @@ class EsiTestCase(unittest.TestCase):
         self.esid = proc
         return proc
 
-    def start_esid_socket_activated(self):
+    def start_esid_socket_activated(self, *extra):
         """esid started by systemd-socket-activate on first connection."""
         tool = shutil.which("systemd-socket-activate")
         if tool is None:
             self.fail("systemd-socket-activate not found (packaging/deps.sh "
                       "installs systemd)")
-        argv = [tool, "-l", self.socket_path, ESID] + list(self.ESID_ARGS)
+        argv = [tool, "-l", self.socket_path, ESID] + list(self.ESID_ARGS) \
+            + list(extra)
         proc = self.spawn("esid-activated-%d" % len(self.processes), argv)
         if not poll(lambda: not proc.alive()
                     or os.path.exists(self.socket_path)) or not proc.alive():
@@ -386,7 +389,8 @@ class EsiTestCase(unittest.TestCase):
             "LISTEN": self.LISTEN,
         }
         values = {
-            "USER": "user root;" if os.geteuid() == 0 else "",
+            "USER": ("user %s;" % self.USER if self.USER is not None
+                     else "user root;" if os.geteuid() == 0 else ""),
             "WORKERS": str(self.WORKERS),
             "TMP": self.tmp,
             "LOAD_MODULE": ("" if MODULE == "builtin"

@@ -1,6 +1,7 @@
-"""esid as an operator meets it: its socket, socket activation, SIGTERM,
---help, and esictl."""
+"""esid as an operator meets it: its socket (group, mode, and a worker that
+may not connect), socket activation, SIGTERM, --help, and esictl."""
 
+import grp
 import os
 import signal
 import stat
@@ -32,14 +33,152 @@ class SocketTest(EsiTestCase):
         self.assertIn(b"--socket", r.stdout + r.stderr)
 
 
+class SocketGroupTest(EsiTestCase):
+    """--socket-group and --socket-mode, applied to the socket esid
+    creates; a world-writable mode and an unknown group stop esid."""
+
+    ESID = False
+
+    def run_esid(self, *extra):
+        """esid expected to refuse its command line: (exit code, stderr)."""
+        r = subprocess.run([ESID, "--socket", self.socket_path] + list(extra),
+                           capture_output=True, stdin=subprocess.DEVNULL,
+                           timeout=30)
+        return r.returncode, r.stderr.decode()
+
+    def test_the_socket_gets_the_group_and_mode_0660(self):
+        nogroup = grp.getgrnam("nogroup").gr_gid
+        self.start_esid("--socket-group", "nogroup")
+        st = os.stat(self.socket_path)
+        self.assertEqual(st.st_gid, nogroup)
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o660)
+        self.assertIn("listening on %s, mode 0660, group nogroup ("
+                      % self.socket_path, self.esid.stderr())
+
+    def test_the_socket_gets_the_mode_asked_for(self):
+        self.start_esid("--socket-mode", "0640")
+        st = os.stat(self.socket_path)
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o640)
+        self.assertEqual(st.st_gid, os.getegid())
+
+    def test_the_settings_file_gives_group_and_mode(self):
+        conf = os.path.join(self.tmp, "esid.conf")
+        with open(conf, "w") as f:
+            f.write("socket_group = nogroup\nsocket_mode = 0620\n")
+        self.start_esid("--config", conf)
+        st = os.stat(self.socket_path)
+        self.assertEqual(st.st_gid, grp.getgrnam("nogroup").gr_gid)
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o620)
+
+    def test_a_world_writable_mode_is_refused(self):
+        code, err = self.run_esid("--socket-mode", "0666")
+        self.assertEqual(code, 2, err)
+        self.assertIn("socket mode 0666 is world-writable", err)
+        self.assertFalse(os.path.exists(self.socket_path))
+
+    def test_an_unknown_group_is_refused(self):
+        code, err = self.run_esid("--socket-group", "no-such-group-here")
+        self.assertEqual(code, 2, err)
+        self.assertIn('no group "no-such-group-here"', err)
+        self.assertFalse(os.path.exists(self.socket_path))
+
+    def test_check_config_prints_group_and_mode(self):
+        code = subprocess.run(
+            [ESID, "--socket-group", "nogroup", "--socket-mode", "640",
+             "--check-config"], capture_output=True,
+            stdin=subprocess.DEVNULL, timeout=30)
+        self.assertEqual(code.returncode, 0, code.stderr)
+        self.assertIn(b"socket_group = nogroup\nsocket_mode = 0640\n",
+                      code.stdout)
+
+
 class SocketActivationTest(EsiTestCase):
     ESID = False
 
-    def test_socket_activated_esid_serves_a_page(self):
+    def setUp(self):
+        super().setUp()
         self.origin.route("/page", PAGE)
         self.origin.route("/esi/x", "X")
+
+    def test_socket_activated_esid_serves_a_page(self):
         self.start_esid_socket_activated()
         self.assertBody("/page", b"aXc")
+
+    def test_socket_group_and_mode_are_left_to_systemd(self):
+        esid = self.start_esid_socket_activated(
+            "--socket-group", "nogroup", "--socket-mode", "0600")
+        before = os.stat(self.socket_path)
+        self.assertBody("/page", b"aXc")
+        self.assertTrue(poll(lambda: "socket_group and socket_mode are "
+                             "ignored: systemd passed the socket"
+                             in esid.stderr()), esid.stderr())
+        after = os.stat(self.socket_path)
+        self.assertEqual((after.st_gid, after.st_mode),
+                         (before.st_gid, before.st_mode))
+        self.assertNotEqual(after.st_gid, grp.getgrnam("nogroup").gr_gid)
+        self.assertNotEqual(stat.S_IMODE(after.st_mode), 0o600)
+
+
+class SocketDeniedTest(EsiTestCase):
+    """NGINX's workers run as nobody:nogroup and esid's socket is root's,
+    mode 0660: connect() fails with EACCES.  Pages pass through
+    unprocessed, and the error log says why and what to do, once for each
+    time the connection is lost rather than on every retry."""
+
+    USER = "nobody nogroup"
+    ESID = False
+
+    DENIED = ("[error]", "esi: connect() to unix:%s failed: the socket is "
+              "owned by root:root with mode 0660, and this worker runs as "
+              "user nobody (uid 65534) group nogroup (gid 65534); run esid "
+              "with --socket-group nogroup (under systemd: "
+              "SocketGroup=nogroup in esid.socket), or set nginx's \"user\" "
+              "directive to a user in group root (13: Permission denied)")
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("workers run as nobody only when nginx starts as "
+                          "root")
+        # The workers must reach the socket and the temp dir's files.
+        os.chmod(self.tmp, 0o711)
+        self.origin.route("/page", PAGE)
+        self.origin.route("/esi/x", "X")
+
+    def denials(self):
+        level, text = self.DENIED
+        line = text % self.socket_path
+        return [l for l in self.error_log().splitlines()
+                if level in l and l.endswith(line)]
+
+    def test_pages_pass_through_and_one_error_says_why(self):
+        self.start_esid()
+        for _ in range(3):
+            self.assertBody("/page", PAGE.encode())
+        self.assertEqual(self.esi_status(3), "passthrough")
+        self.assertEqual(len(self.denials()), 1, self.error_log())
+        self.assertNotIn("[warn]", "\n".join(
+            l for l in self.error_log().splitlines() if "connect()" in l))
+
+    def test_the_socket_group_lets_the_workers_in(self):
+        self.start_esid("--socket-group", "nogroup")
+        self.assertBody("/page", b"aXc")
+        self.assertEqual(self.denials(), [])
+
+    def test_the_error_comes_again_after_a_connection_is_lost(self):
+        self.start_esid()
+        self.assertBody("/page", PAGE.encode())
+        self.assertEqual(len(self.denials()), 1, self.error_log())
+        self.esid.stop()
+        self.start_esid("--socket-group", "nogroup")
+        self.assertTrue(poll(lambda: self.get("/page")[2] == b"aXc"),
+                        self.error_log())
+        self.esid.stop()
+        self.start_esid()
+        self.assertBody("/page", PAGE.encode())
+        # The worker may serve that page before it sees esid go.
+        self.assertTrue(poll(lambda: len(self.denials()) == 2),
+                        self.error_log())
 
 
 class EsictlTest(EsiTestCase):
