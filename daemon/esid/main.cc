@@ -29,6 +29,7 @@ struct Reload {
   esi::Settings current;
   esi::Server* server;
   esi::Control* control;
+  esi::PlanStore* plans;
 };
 
 // The settings were checked when read; a group deleted since allows nobody.
@@ -76,6 +77,9 @@ void logOverrides(const esi::SettingsLayer& file, const esi::SettingsLayer& comm
   }
   if (file.segmentArena && commandLine.segmentArena) {
     spdlog::info("--segment-arena overrides segment_arena in the config file");
+  }
+  if (file.planStore && commandLine.planStore) {
+    spdlog::info("--plan-store overrides plan_store in the config file");
   }
   if (file.logLevel && commandLine.logLevel) {
     spdlog::info("--log-level overrides log_level in the config file");
@@ -136,6 +140,7 @@ void onHangup(uv_signal_t* handle, int) {
   spdlog::set_level(next.logLevel);
   reload->server->setRingSize(next.ringSize);
   reload->control->allowGroup(controlGroup(next));
+  reload->plans->setDefaultZoneBytes(next.planStore);
   reload->current = next;
 }
 
@@ -145,8 +150,8 @@ void onHangup(uv_signal_t* handle, int) {
 // std::terminate's abort.
 int main(int argc, char** argv) try {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
-  std::string configPath, socketPath, socketGroup, socketMode, ringSize, segmentArena, level,
-      group;
+  std::string configPath, socketPath, socketGroup, socketMode, ringSize, segmentArena, planStore,
+      level, group;
   bool checkOnly = false;
   app.add_option("--config", configPath,
                  "Settings file (key = value), re-read on SIGHUP; flags override it")
@@ -171,6 +176,10 @@ int main(int argc, char** argv) try {
       "--segment-arena", segmentArena,
       "Bytes of the arena holding plans' gzip segments (esi_stitch), shared "
       "read-only with every NGINX worker: at least 1M, K/M/G suffixes [default: 256M]");
+  auto* planStoreOption = app.add_option(
+      "--plan-store", planStore,
+      "Bytes of the default plan zone, where locations without esi_plan_zone "
+      "keep their plans and segments: at least 64K, K/M/G suffixes [default: 64M]");
   auto* levelOption = app.add_option(
       "--log-level", level, "trace, debug, info, warn, error, critical or off [default: info]");
   auto* groupOption = app.add_option(
@@ -194,6 +203,7 @@ int main(int argc, char** argv) try {
     if (arenaOption->count() > 0) {
       commandLine.segmentArena = esi::parseSegmentArena(segmentArena);
     }
+    if (planStoreOption->count() > 0) commandLine.planStore = esi::parsePlanStore(planStore);
     if (levelOption->count() > 0) commandLine.logLevel = esi::parseLogLevel(level);
     if (groupOption->count() > 0) {
       esi::parseGroup(group);
@@ -207,12 +217,14 @@ int main(int argc, char** argv) try {
   const esi::Settings settings = esi::Settings::resolve(file, commandLine);
   if (checkOnly) {
     std::printf("socket = %s\nsocket_group = %s\nsocket_mode = %s\nring_size = %u\n"
-                "segment_arena = %llu\nlog_level = %s\ncontrol_group = %s\n",
+                "segment_arena = %llu\nplan_store = %llu\nlog_level = %s\n"
+                "control_group = %s\n",
                 settings.socketPath.c_str(),
                 settings.socketGroup.empty() ? "(none)" : settings.socketGroup.c_str(),
                 esi::socketModeName(settings.socketMode.value_or(esi::kDefaultSocketMode)).c_str(),
                 settings.ringSize,
                 static_cast<unsigned long long>(settings.segmentArena),
+                static_cast<unsigned long long>(settings.planStore),
                 esi::logLevelName(settings.logLevel).c_str(),
                 settings.controlGroup.empty() ? "(none)" : settings.controlGroup.c_str());
     return 0;
@@ -249,7 +261,7 @@ int main(int argc, char** argv) try {
     spdlog::critical("cannot create the segment arena: {}", e.what());
     return 1;
   }
-  esi::PlanStore plans;
+  esi::PlanStore plans(settings.planStore);
   esi::Control control(stats, purger, orders, plans, *arena);
   control.allowGroup(controlGroup(settings));
   esi::Server server(loop, options, stats, purger, orders, plans, *arena,
@@ -259,7 +271,7 @@ int main(int argc, char** argv) try {
                      });
   // Before the socket listens: a client that connects may stop esid at once
   // (systemd, a test), and the default action would kill it.
-  Reload reload{configPath, commandLine, settings, &server, &control};
+  Reload reload{configPath, commandLine, settings, &server, &control, &plans};
   Signals signals;
   signals.purger = &purger;
   loop->data = &signals;
@@ -279,8 +291,10 @@ int main(int argc, char** argv) try {
     return 1;
   }
 
-  spdlog::info("esid {} listening on {} (ring size {}, segment arena {}, log level {}{}{})",
+  spdlog::info("esid {} listening on {} (ring size {}, segment arena {}, plan store {}, "
+               "log level {}{}{})",
                ESI_VERSION, server.describe(), settings.ringSize, settings.segmentArena,
+               settings.planStore,
                esi::logLevelName(settings.logLevel),
                configPath.empty() ? "" : ", settings from ", configPath);
   uv_run(loop, UV_RUN_DEFAULT);

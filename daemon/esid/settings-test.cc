@@ -146,6 +146,19 @@ TEST(SettingsFile, SegmentArenaIsReadAndDefaultsTo256M) {
   EXPECT_THROW(parseSettingsFile("segment_arena = 512K\n", "f"), std::invalid_argument);
 }
 
+TEST(SettingsFile, PlanStoreIsReadAndDefaultsTo64M) {
+  EXPECT_EQ(Settings().planStore, uint64_t{64} << 20);
+  const auto layer = parseSettingsFile("plan_store = 1G\n", "esid.conf");
+  EXPECT_EQ(layer.planStore, uint64_t{1} << 30);
+  EXPECT_EQ(Settings::resolve(layer, {}).planStore, uint64_t{1} << 30);
+  SettingsLayer flag;
+  flag.planStore = uint64_t{64} << 10;
+  EXPECT_EQ(Settings::resolve(layer, flag).planStore, uint64_t{64} << 10);
+  EXPECT_THROW(parsePlanStore("63K"), std::invalid_argument);
+  EXPECT_THROW(parsePlanStore("65G"), std::invalid_argument);
+  EXPECT_THROW(parseSettingsFile("plan_store = 1T\n", "f"), std::invalid_argument);
+}
+
 TEST(LogLevel, WarnIsSpelledWarnBothWays) {
   EXPECT_EQ(parseLogLevel("warn"), spdlog::level::warn);
   EXPECT_EQ(logLevelName(spdlog::level::warn), "warn");

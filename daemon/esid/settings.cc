@@ -84,6 +84,7 @@ Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& comma
     if (layer->socketMode) s.socketMode = *layer->socketMode;
     if (layer->ringSize) s.ringSize = *layer->ringSize;
     if (layer->segmentArena) s.segmentArena = *layer->segmentArena;
+    if (layer->planStore) s.planStore = *layer->planStore;
     if (layer->logLevel) s.logLevel = *layer->logLevel;
     if (layer->controlGroup) s.controlGroup = *layer->controlGroup;
   }
@@ -108,6 +109,15 @@ uint64_t parseSegmentArena(std::string_view text) {
   if (value < kMinSegmentArena || value > kMaxSegmentArena) {
     throw std::invalid_argument("segment arena " + std::to_string(value) +
                                 " is outside [1M, 64G]");
+  }
+  return value;
+}
+
+uint64_t parsePlanStore(std::string_view text) {
+  const uint64_t value = parseBytes(text, "plan store");
+  if (value < kMinPlanStore || value > kMaxPlanStore) {
+    throw std::invalid_argument("plan store " + std::to_string(value) +
+                                " is outside [64K, 64G]");
   }
   return value;
 }
@@ -204,6 +214,8 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
         layer.ringSize = parseRingSize(value);
       } else if (key == "segment_arena") {
         layer.segmentArena = parseSegmentArena(value);
+      } else if (key == "plan_store") {
+        layer.planStore = parsePlanStore(value);
       } else if (key == "log_level") {
         layer.logLevel = parseLogLevel(value);
       } else if (key == "control_group") {
@@ -212,7 +224,7 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
       } else {
         throw std::invalid_argument("unknown key \"" + std::string(key) +
                                     "\" (known: socket, socket_group, socket_mode, ring_size, "
-                                    "segment_arena, log_level, control_group)");
+                                    "segment_arena, plan_store, log_level, control_group)");
       }
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where() + e.what());
@@ -252,6 +264,10 @@ std::vector<std::string> describeChanges(const Settings& before, const Settings&
   if (before.segmentArena != after.segmentArena) {
     changes.push_back("segment_arena: " + std::to_string(before.segmentArena) + " -> " +
                       std::to_string(after.segmentArena));
+  }
+  if (before.planStore != after.planStore) {
+    changes.push_back("plan_store: " + std::to_string(before.planStore) + " -> " +
+                      std::to_string(after.planStore));
   }
   if (before.logLevel != after.logLevel) {
     changes.push_back("log_level: " + logLevelName(before.logLevel) + " -> " +

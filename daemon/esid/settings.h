@@ -12,6 +12,7 @@
 //     socket_mode = 0660                # octal, never o+w; read at start only
 //     ring_size = 1M                    # bytes, K/M suffixes, a power of two
 //     segment_arena = 256M              # bytes, K/M/G suffixes; read at start only
+//     plan_store = 64M                  # bytes of the default plan zone
 //     log_level = info                  # trace debug info warn error critical off
 //     control_group = adm               # its members may use esictl (besides
 //                                       # root and esid's own user)
@@ -34,6 +35,8 @@ constexpr uint32_t kMinRingSize = 256u << 10;
 constexpr uint32_t kMaxRingSize = 64u << 20;
 constexpr uint64_t kMinSegmentArena = uint64_t{1} << 20;
 constexpr uint64_t kMaxSegmentArena = uint64_t{64} << 30;
+constexpr uint64_t kMinPlanStore = uint64_t{64} << 10;  // esi_plan_zone's least
+constexpr uint64_t kMaxPlanStore = uint64_t{64} << 30;
 constexpr mode_t kDefaultSocketMode = 0660;
 
 // Values that one source sets; an empty optional leaves the value to the
@@ -44,6 +47,7 @@ struct SettingsLayer {
   std::optional<mode_t> socketMode;
   std::optional<uint32_t> ringSize;
   std::optional<uint64_t> segmentArena;
+  std::optional<uint64_t> planStore;
   std::optional<spdlog::level::level_enum> logLevel;
   std::optional<std::string> controlGroup;  // a group's name or number
 };
@@ -55,6 +59,7 @@ struct Settings {
   std::optional<mode_t> socketMode;  // empty: kDefaultSocketMode
   uint32_t ringSize = 1u << 20;
   uint64_t segmentArena = uint64_t{256} << 20;  // the gzip segments of plans
+  uint64_t planStore = uint64_t{64} << 20;      // the default plan zone
   spdlog::level::level_enum logLevel = spdlog::level::info;
   std::string controlGroup;  // empty: none
 
@@ -69,6 +74,10 @@ uint32_t parseRingSize(std::string_view text);
 // "268435456", "256M", "1G": bytes in [kMinSegmentArena, kMaxSegmentArena].
 // Throws std::invalid_argument saying what is wrong.
 uint64_t parseSegmentArena(std::string_view text);
+
+// "67108864", "64M": bytes in [kMinPlanStore, kMaxPlanStore].  Throws
+// std::invalid_argument saying what is wrong.
+uint64_t parsePlanStore(std::string_view text);
 
 // "0660", "660", "0600": octal permission bits, at most 0777, never o+w
 // (any local user could then speak to esid).  Throws std::invalid_argument

@@ -561,6 +561,28 @@ TEST(PlanObjectId, StoresOfOneFileInOneSecondAreDifferentObjects) {
 
 // --- PlanStore ----------------------------------------------------------------
 
+TEST(PlanStore, AZoneWithoutASizeHasTheDefaultZonesBudget) {
+  PlanStore store(256 << 10);
+  store.configureZone(PlanStore::kDefaultZone, 0);
+  store.configureZone("sized", 1 << 20);
+  expectZone(store, "default", {{"max_bytes", 256 << 10}});
+  store.setDefaultZoneBytes(128 << 10);
+  expectZone(store, "default", {{"max_bytes", 128 << 10}});
+  expectZone(store, "sized", {{"max_bytes", 1 << 20}});
+  EXPECT_EQ(PlanStore().zones().size(), 0u);  // made by the first open
+}
+
+TEST(PlanStore, TheDefaultZoneShrinksWithItsSettingEvictingWhatNoLongerFits) {
+  const size_t one = entryBytes(planOf(100));
+  PlanStore store(2 * one);
+  store.configureZone(PlanStore::kDefaultZone, 0);
+  ASSERT_TRUE(store.record("default", idOf(1), planOf(100)));
+  ASSERT_TRUE(store.record("default", idOf(2), planOf(100)));
+  store.setDefaultZoneBytes(one);
+  expectZone(store, "default", {{"entries", 1}, {"evictions", 1}});
+  EXPECT_NE(store.find("default", idOf(2)), nullptr);
+}
+
 TEST(PlanStore, FindCountsMissesThenHits) {
   PlanStore store;
   store.configureZone("pages", 1 << 20);

@@ -314,6 +314,15 @@ std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
 void PlanStore::configureZone(std::string_view name, uint64_t maxBytes) {
   auto it = zones_.find(name);
   if (it == zones_.end()) it = zones_.emplace(std::string(name), Zone{}).first;
+  if (maxBytes == 0) maxBytes = defaultZoneBytes_;
+  it->second.maxBytes = maxBytes;
+  evictUntil(it->second, maxBytes);
+}
+
+void PlanStore::setDefaultZoneBytes(uint64_t maxBytes) {
+  defaultZoneBytes_ = maxBytes;
+  auto it = zones_.find(kDefaultZone);
+  if (it == zones_.end()) return;
   it->second.maxBytes = maxBytes;
   evictUntil(it->second, maxBytes);
 }

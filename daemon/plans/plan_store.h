@@ -179,9 +179,19 @@ std::optional<Plan> buildPlan(std::vector<ProgramStep> program,
 
 class PlanStore {
  public:
+  // The zone a location plans in without esi_plan_zone: sized by esid
+  // (its plan_store setting), not by NGINX.
+  static constexpr std::string_view kDefaultZone = "default";
+  static constexpr uint64_t kDefaultZoneBytes = uint64_t{64} << 20;
+
+  explicit PlanStore(uint64_t defaultZoneBytes = kDefaultZoneBytes)
+      : defaultZoneBytes_(defaultZoneBytes) {}
+
   // Creates the zone, or sets the budget of an existing one (evicting what
-  // no longer fits).
+  // no longer fits).  maxBytes 0: the default zone's budget.
   void configureZone(std::string_view zone, uint64_t maxBytes);
+  // The default zone's budget from now on (evicting what no longer fits).
+  void setDefaultZoneBytes(uint64_t maxBytes);
 
   // The plan of the object, or null; counts a hit or a miss and makes the
   // entry the most recently used.  Null also for a zone never configured.
@@ -244,6 +254,7 @@ class PlanStore {
   static void eraseKey(Zone& zone, const ObjectId& id);
 
   std::map<std::string, Zone, std::less<>> zones_;
+  uint64_t defaultZoneBytes_;
 };
 
 }  // namespace esi
