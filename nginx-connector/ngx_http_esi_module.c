@@ -76,6 +76,9 @@
 /* tries open at once in one stream; esid's instructions are refused deeper */
 #define NGX_HTTP_ESI_TRY_MAX           64
 
+/* esi_stitch's default: on wherever plans are kept and gzip is on */
+#define NGX_HTTP_ESI_STITCH_GZIP       2
+
 #define NGX_HTTP_ESI_OBJECT_LEN        48   /* key, size, header size, inode,
                                                modification time */
 #define NGX_HTTP_ESI_PLAIN_OBJECTS     1024 /* a power of two */
@@ -727,6 +730,9 @@ static char *ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_uint_t ngx_http_esi_stitches(ngx_http_request_t *r,
+    ngx_http_esi_loc_conf_t *elcf);
+static ngx_uint_t ngx_http_esi_stitch_available(ngx_conf_t *cf);
 static ngx_int_t ngx_http_esi_stitch_check(ngx_conf_t *cf,
     ngx_http_esi_loc_conf_t *elcf);
 static ngx_int_t ngx_http_esi_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
@@ -754,6 +760,11 @@ static ngx_conf_enum_t  ngx_http_esi_fallback_modes[] = {
 static ngx_conf_num_bounds_t  ngx_http_esi_stitch_level_bounds = {
     ngx_conf_check_num_bounds, 1, 9
 };
+
+
+/* where a location without esi_plan keeps its plans; esid sizes it */
+static ngx_http_esi_plan_zone_t  ngx_http_esi_default_plan =
+    { ngx_string("default"), 0 };
 
 
 static ngx_conf_post_t  ngx_http_esi_tag_size_post =
@@ -1022,18 +1033,16 @@ ngx_http_esi_init_process(ngx_cycle_t *cycle)
 
     d = &ngx_http_esi_daemon;
 
-    if (emcf->plan_zones.nelts) {
-        d->plain = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_PLAIN_OBJECTS
-                                            * sizeof(ngx_http_esi_plain_t));
-        if (d->plain == NULL) {
-            return NGX_ERROR;
-        }
+    d->plain = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_PLAIN_OBJECTS
+                                        * sizeof(ngx_http_esi_plain_t));
+    if (d->plain == NULL) {
+        return NGX_ERROR;
+    }
 
-        d->replays = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_REPLAYS
-                                              * sizeof(ngx_http_esi_replay_t));
-        if (d->replays == NULL) {
-            return NGX_ERROR;
-        }
+    d->replays = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_REPLAYS
+                                          * sizeof(ngx_http_esi_replay_t));
+    if (d->replays == NULL) {
+        return NGX_ERROR;
     }
 
     d->conf = emcf;
@@ -3756,8 +3765,8 @@ ngx_http_esi_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
             esi_wire_set_bool(&open, ESI_WIRE_OPEN_PLAN_FAILED_BIT,
                               ctx->plan_failed);
             esi_wire_set_u8(&open, ESI_WIRE_OPEN_STITCH_LEVEL_OFFSET,
-                            (uint8_t) (elcf->stitch ? elcf->stitch_level
-                                                    : 0));
+                            (uint8_t) (ngx_http_esi_stitches(r, elcf)
+                                       ? elcf->stitch_level : 0));
             esi_wire_set_bool(&open, ESI_WIRE_OPEN_SEGMENTS_BIT,
                               ctx->segments);
 
@@ -4294,7 +4303,7 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 
     /* before the open: it tells esid whether the plan may name segments */
 
-    if (elcf->stitch && r == r->main) {
+    if (r == r->main && ngx_http_esi_stitches(r, elcf)) {
         rc = ngx_http_esi_stitch_start(r, elcf->stitch_level);
 
         if (rc == NGX_ERROR) {
@@ -8632,9 +8641,11 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               8 * 1024);
     ngx_conf_merge_off_value(conf->max_fragment_size,
                              prev->max_fragment_size, 16 * 1024 * 1024);
-    ngx_conf_merge_ptr_value(conf->plan, prev->plan, NULL);
+    ngx_conf_merge_ptr_value(conf->plan, prev->plan,
+                             &ngx_http_esi_default_plan);
     ngx_conf_merge_msec_value(conf->plan_reuse, prev->plan_reuse, 1000);
-    ngx_conf_merge_value(conf->stitch, prev->stitch, 0);
+    ngx_conf_merge_value(conf->stitch, prev->stitch,
+                         NGX_HTTP_ESI_STITCH_GZIP);
     ngx_conf_merge_uint_value(conf->stitch_level, prev->stitch_level, 6);
     ngx_conf_merge_ptr_value(conf->cookies, prev->cookies, NULL);
     ngx_conf_merge_str_value(conf->surrogate, prev->surrogate, "");
@@ -8658,8 +8669,14 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         return NGX_CONF_ERROR;
     }
 
-    if (conf->stitch && ngx_http_esi_stitch_check(cf, conf) != NGX_OK) {
+    if (conf->stitch == 1 && ngx_http_esi_stitch_check(cf, conf) != NGX_OK) {
         return NGX_CONF_ERROR;
+    }
+
+    if (conf->stitch == NGX_HTTP_ESI_STITCH_GZIP
+        && !ngx_http_esi_stitch_available(cf))
+    {
+        conf->stitch = 0;
     }
 
     if (ngx_http_merge_types(cf, &conf->types_keys, &conf->types,
@@ -8934,6 +8951,17 @@ ngx_http_esi_plan_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     name.data = value[1].data;
     name.len = colon - value[1].data;
 
+    if (name.len == ngx_http_esi_default_plan.name.len
+        && ngx_strncmp(name.data, ngx_http_esi_default_plan.name.data,
+                       name.len)
+           == 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "plan zone \"default\" is esid's own: its "
+                           "size is esid's plan_store setting");
+        return NGX_CONF_ERROR;
+    }
+
     s.data = colon + 1;
     s.len = value[1].data + value[1].len - s.data;
 
@@ -9012,6 +9040,15 @@ ngx_http_esi_plan_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_OK;
     }
 
+    if (value[1].len == ngx_http_esi_default_plan.name.len
+        && ngx_strncmp(value[1].data, ngx_http_esi_default_plan.name.data,
+                       value[1].len)
+           == 0)
+    {
+        elcf->plan = &ngx_http_esi_default_plan;
+        return NGX_CONF_OK;
+    }
+
     emcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_module);
     zones = emcf->plan_zones.elts;
 
@@ -9073,6 +9110,39 @@ ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * Whether r's response is stitched for gzip clients: esi_stitch on, or by
+ * default wherever plans are kept and the gzip filter would compress it.
+ */
+
+static ngx_uint_t
+ngx_http_esi_stitches(ngx_http_request_t *r, ngx_http_esi_loc_conf_t *elcf)
+{
+    if (elcf->stitch != NGX_HTTP_ESI_STITCH_GZIP) {
+        return elcf->stitch;
+    }
+
+#if (NGX_ZLIB && NGX_HTTP_GZIP)
+    return elcf->plan != NULL && ngx_http_esi_stitch_gzip_on(r);
+#else
+    return 0;
+#endif
+}
+
+
+/* what esi_stitch on requires of the build, without its errors */
+
+static ngx_uint_t
+ngx_http_esi_stitch_available(ngx_conf_t *cf)
+{
+#if (NGX_ZLIB && NGX_HTTP_GZIP)
+    return ngx_http_esi_stitch_placed(cf->cycle);
+#else
+    return 0;
+#endif
 }
 
 

@@ -41,5 +41,8 @@ ngx_int_t ngx_http_esi_stitch_start(ngx_http_request_t *r, ngx_uint_t level);
 /* whether the stitch filter sits below postpone, where it must */
 ngx_uint_t ngx_http_esi_stitch_placed(ngx_cycle_t *cycle);
 
+/* whether "gzip" is on where r is: esi_stitch's default follows it */
+ngx_uint_t ngx_http_esi_stitch_gzip_on(ngx_http_request_t *r);
+
 
 #endif /* _NGX_HTTP_ESI_STITCH_H_INCLUDED_ */

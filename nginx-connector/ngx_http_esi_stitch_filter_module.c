@@ -118,6 +118,9 @@ ngx_module_t  ngx_http_esi_stitch_filter_module = {
 
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
+/* the gzip filter, whose "gzip" flag esi_stitch's default follows */
+static ngx_module_t                     *ngx_http_esi_stitch_gzip_module;
+
 /* deflate, no name, no time, unknown OS */
 static u_char  ngx_http_esi_stitch_header[10] =
     { 0x1f, 0x8b, Z_DEFLATED, 0, 0, 0, 0, 0, 0, 3 };
@@ -219,6 +222,26 @@ ngx_http_esi_stitch_placed(ngx_cycle_t *cycle)
     /* a filter earlier in the list is called later */
 
     return stitch != none && postpone != none && stitch < postpone;
+}
+
+
+/*
+ * The gzip filter keeps its configuration to itself; the first member of
+ * its location configuration (ngx_http_gzip_conf_t) is the "gzip" flag.
+ */
+
+ngx_uint_t
+ngx_http_esi_stitch_gzip_on(ngx_http_request_t *r)
+{
+    ngx_flag_t  *enable;
+
+    if (ngx_http_esi_stitch_gzip_module == NULL) {
+        return 0;
+    }
+
+    enable = r->loc_conf[ngx_http_esi_stitch_gzip_module->ctx_index];
+
+    return *enable == 1;
 }
 
 
@@ -716,8 +739,21 @@ ngx_http_esi_stitch_free(void *opaque, void *address)
 static ngx_int_t
 ngx_http_esi_stitch_init(ngx_conf_t *cf)
 {
+    ngx_uint_t  i;
+
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_esi_stitch_body_filter;
+
+    ngx_http_esi_stitch_gzip_module = NULL;
+
+    for (i = 0; cf->cycle->modules[i]; i++) {
+        if (ngx_strcmp(cf->cycle->modules[i]->name,
+                       "ngx_http_gzip_filter_module")
+            == 0)
+        {
+            ngx_http_esi_stitch_gzip_module = cf->cycle->modules[i];
+        }
+    }
 
     return NGX_OK;
 }

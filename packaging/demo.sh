@@ -3,9 +3,12 @@
 #
 # Installs dependencies, builds, then starts in the background (surviving
 # this script) a demo origin on 127.0.0.1:8081, esid on
-# /tmp/esi-demo/esid.sock and nginx on 127.0.0.1:8080 with proxy_cache for
-# the page and uncached fragments.  Logs and pids: /tmp/esi-demo.
-# Running it again stops the previous demo first.  `demo.sh stop` only stops.
+# /tmp/esi-demo/esid.sock and nginx on 127.0.0.1:8080, configured as the
+# README's minimal configuration plus a purge: the page shell cached for an
+# hour, header and footer for a minute, the cart uncached.  It then fetches
+# the page a few times (plain and gzip), purges it, and prints the purge's
+# answer and esictl stats.  Logs and pids: /tmp/esi-demo.  Running it again
+# stops the previous demo first.  `demo.sh stop` only stops.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -89,20 +92,33 @@ http {
 
     esi_daemon unix:$demo/esid.sock;
     proxy_cache_path $demo/cache keys_zone=pages:16m;
+    gzip on;
 
     server {
         listen 127.0.0.1:$port;
 
-        # The page shell: cached for 10 minutes, ESI processed on every hit.
+        # The page shell: cached for an hour; its plan replayed on every hit
+        # and gzip clients answered from its stored segments.  PURGE from
+        # this machine removes it (every Vary variant).
         location / {
             proxy_pass http://127.0.0.1:$origin_port;
             proxy_cache pages;
-            proxy_cache_valid 200 10m;
+            proxy_cache_key \$uri\$is_args\$args;
+            proxy_cache_valid 200 1h;
             add_header X-Cache-Status \$upstream_cache_status;
             esi on;
+            esi_cache_purge PURGE from 127.0.0.1;
         }
 
-        # Fragments: not cached, so the cart is fresh on every page view.
+        # Header and footer: cached for a minute.
+        location ~ ^/esi/(header|footer)\$ {
+            internal;
+            proxy_pass http://127.0.0.1:$origin_port;
+            proxy_cache pages;
+            proxy_cache_valid 200 1m;
+        }
+
+        # The other fragments: not cached, so the cart is fresh every time.
         location /esi/ {
             internal;
             proxy_pass http://127.0.0.1:$origin_port;
@@ -139,5 +155,19 @@ if ! wait_for "the assembled page" assembled; then
 fi
 
 curl -fsS "$url"
+echo
+
+# What the product does: the first hit records the page's plan, later ones
+# replay it; a gzip client gets the stored segments; a purge answers with
+# what it removed, and the next request is a MISS.
+show() { printf '\n$ %s\n' "$*"; "$@"; }
+for _ in 1 2 3; do
+    curl -fsS -o /dev/null "$url"
+    curl -fsS -o /dev/null -H 'Accept-Encoding: gzip' "$url"
+done
+show curl -sS -o /dev/null -D - -H 'Accept-Encoding: gzip' "$url"
+show curl -sS -D - -X PURGE "$url"
+show curl -sS -o /dev/null -D - "$url"
+show "$root/build/esictl" --socket "$demo/esid.sock" stats
 echo
 echo "demo: serving $url (logs and pids in $demo; stop with $0 stop)"

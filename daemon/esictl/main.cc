@@ -506,7 +506,7 @@ int plans(const std::string& socketPath, const std::string& zone, bool json) {
     return 0;
   }
   if (zone.empty()) {
-    if (body.empty()) std::printf("no plan zones: no NGINX worker has used esi_plan yet\n");
+    if (body.empty()) std::printf("no plan zones: no NGINX worker has planned a cache hit yet\n");
     for (const auto& [name, stats] : body.items()) printPlanZone(name, stats);
     return 0;
   }

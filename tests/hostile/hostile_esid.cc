@@ -373,8 +373,13 @@ void Connection::handle(const uint8_t* payload, uint32_t length) {
     switch (request.which()) {
       case Request::OPEN:
         streams_[id] = Stream{};
-        if (planMode(options_.mode) && request.getOpen().hasObject()) {
-          lieInAPlan(id, request.getOpen().getObject());
+        if (request.getOpen().hasObject()) {
+          if (planMode(options_.mode)) {
+            lieInAPlan(id, request.getOpen().getObject());
+          } else {
+            // a cache hit: as esid without a plan, "send the body"
+            pending_.push_back(splice(id, 0, false, 0, 0));
+          }
         }
         return;
       case Request::BODY: {

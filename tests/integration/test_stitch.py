@@ -465,9 +465,18 @@ class StitchConfigurationTest(EsiTestCase):
         return ConfigurationErrorTest.nginx_t(self, location)
 
     def test_stitch_without_plan_is_refused(self):
-        code, out = self.nginx_t("", "esi_stitch on;")
+        code, out = self.nginx_t("", "esi_plan off; esi_stitch on;")
         self.assertNotEqual(code, 0)
         self.assertIn('"esi_stitch" requires "esi_plan"', out)
+
+    def test_stitch_in_the_default_plan_zone_is_accepted(self):
+        code, out = self.nginx_t("", "esi_stitch on;")
+        self.assertEqual(code, 0, out)
+
+    def test_a_plan_zone_named_default_is_refused(self):
+        code, out = self.nginx_t("esi_plan_zone default:1m;", "")
+        self.assertNotEqual(code, 0)
+        self.assertIn('plan zone "default" is esid\'s own', out)
 
     def test_stitch_level_outside_1_to_9_is_refused(self):
         for level in ("0", "10"):
