@@ -54,28 +54,29 @@ START_BOUND = 30.0
 STOP_BOUND = 10.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# Main-matrix arms in the order each round measures them.  "esi-aa" is the
-# same target as "esi", measured again in the same round: the A/A arm.
-# "esiplan" is the same nginx configuration with parse plans on (esi_plan),
-# "esistitch" with plans and gzip stitching (esi_stitch).
+# Main-matrix arms in the order each round measures them.  "minimal" is the
+# README's minimal configuration, `esi on` alone: plans and gzip stitching
+# by default.  "esi" parses every hit (`esi_plan off`); "esi-aa" is the same
+# target measured again in the same round: the A/A arm.  "esiplan" replays
+# plans without stitching (`esi_stitch off`).
 # "origin" is one fragment fetched from the origin itself, with the same
 # wrk: the ceiling of a 1-fragment row, which no ESI server can pass.
-MAIN_ARMS = ("esi", "esiplan", "esistitch", "varnish", "ssi", "noesi",
+MAIN_ARMS = ("esi", "esiplan", "minimal", "varnish", "ssi", "noesi",
              "origin", "esi-aa")
 COST_ARMS = ("esi-off", "esi-on", "esi-plan", "esi-on-aa")
 ARM_LABEL = {
-    "esi": "esid + module",
-    "esiplan": "esid + module, plans",
-    "esistitch": "esid + module, plans, stitch",
+    "esi": "esi_plan off",
+    "esiplan": "plans, esi_stitch off",
+    "minimal": "esi on (minimal configuration)",
     "esi-plan": "esi on, plans",
-    "esi-aa": "esid + module (A/A)",
+    "esi-aa": "esi_plan off (A/A)",
     "varnish": "Varnish 7.1",
     "ssi": "nginx SSI",
     "noesi": "nginx, no ESI",
     "origin": "one fragment from the origin",
     "esi-off": "esi off",
-    "esi-on": "esi on",
-    "esi-on-aa": "esi on (A/A)",
+    "esi-on": "esi on, esi_plan off",
+    "esi-on-aa": "esi on, esi_plan off (A/A)",
     "without": "without",
     "with": "with vars, choose",
     "with-aa": "with (A/A)",
@@ -625,7 +626,7 @@ class Bench:
                 self.expected[("main", row)] = flat
                 self.urls[("main", row, "esi")] = "/esi/" + name
                 self.urls[("main", row, "esiplan")] = "/esi/" + name
-                self.urls[("main", row, "esistitch")] = "/esi/" + name
+                self.urls[("main", row, "minimal")] = "/esi/" + name
                 self.urls[("main", row, "varnish")] = "/esi/" + name
                 self.urls[("main", row, "ssi")] = "/ssi/" + name
                 self.urls[("main", row, "noesi")] = "/flat/" + name
@@ -692,39 +693,38 @@ class Bench:
         if not poll(lambda: not esid.alive() or unix_socket_answers(sock)) \
                 or not esid.alive():
             raise RuntimeError("esid did not start:\n" + esid.stderr())
-        http = target_http("esi", "/esi/", "            esi on;",
+        http = target_http("esi", "/esi/",
+                           "            esi on;\n            esi_plan off;",
                            "    esi_daemon unix:%s;\n"
                            "    esi_cookies user theme;" % sock, "$esi_status")
         proc, port = self.nginx("esi", http, "load_module %s;" % module)
         self.targets["esi"] = Target("esi", port, [proc, esid])
-        log("esi      on 127.0.0.1:%d (nginx + module + esid)" % port)
+        log("esi      on 127.0.0.1:%d (nginx + module + esid, esi_plan off)"
+            % port)
 
         # The same with parse plans: cache hits replay the page's plan.
         http = target_http("esiplan", "/esi/",
-                           "            esi on;\n            esi_plan plans;",
+                           "            esi on;\n            esi_stitch off;",
                            "    esi_daemon unix:%s;\n"
-                           "    esi_cookies user theme;\n"
-                           "    esi_plan_zone plans:64m;" % sock,
+                           "    esi_cookies user theme;" % sock,
                            "$esi_status")
         proc, port = self.nginx("esiplan", http, "load_module %s;" % module)
         self.targets["esiplan"] = Target("esiplan", port, [proc, esid])
         log("esiplan  on 127.0.0.1:%d (nginx + module + esid, plans)" % port)
 
-        # The same with plans and gzip stitching: cached runs go out as the
-        # segments esid deflated once; fragments are deflated live.
-        # (a zone of its own: the plans arm's would answer its hits, same
-        # keys, same Dates, with plans recorded without segments)
-        http = target_http("esistitch", "/esi/",
-                           "            esi on;\n            esi_plan stitched;\n"
-                           "            esi_stitch on;",
+        # The README's minimal configuration: plans and gzip stitching by
+        # default, cached runs going out as the segments esid deflated once,
+        # fragments deflated live.  (The arms share esid's default plan
+        # zone; each has a cache of its own, so no arm's plan identifies
+        # another's object.)
+        http = target_http("minimal", "/esi/", "            esi on;",
                            "    esi_daemon unix:%s;\n"
-                           "    esi_cookies user theme;\n"
-                           "    esi_plan_zone stitched:64m;" % sock,
+                           "    esi_cookies user theme;" % sock,
                            "$esi_status")
-        proc, port = self.nginx("esistitch", http, "load_module %s;" % module)
-        self.targets["esistitch"] = Target("esistitch", port, [proc, esid])
-        log("esistitch on 127.0.0.1:%d (nginx + module + esid, plans, "
-            "stitch)" % port)
+        proc, port = self.nginx("minimal", http, "load_module %s;" % module)
+        self.targets["minimal"] = Target("minimal", port, [proc, esid])
+        log("minimal  on 127.0.0.1:%d (nginx + module + esid, esi on alone: "
+            "plans, stitch)" % port)
 
         # NGINX with ESI off (module loaded, `esi off`): the same bytes,
         # already assembled.
@@ -1133,7 +1133,7 @@ def write_results(args, info, main_res, cost_res, lang_res, started,
 
 
 TARGET_OF_ARM = {"esi": "esi", "esi-aa": "esi", "esiplan": "esiplan",
-                 "esistitch": "esistitch",
+                 "minimal": "minimal",
                  "varnish": "varnish", "ssi": "ssi", "noesi": "noesi",
                  "origin": "origin", "esi-off": "noesi", "esi-on": "esi", "esi-plan": "esiplan",
                  "esi-on-aa": "esi", "without": "esi", "with": "esi",
@@ -1186,12 +1186,12 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                  "fragment fetched from the origin with the same wrk, the "
                  "ceiling of a 1-fragment row:")
         L.append("")
-        L.append("| N | D | esid + module | A/A | A/A drift | with plans | "
-                 "plans + stitch | Varnish 7.1 | ours / Varnish | "
-                 "with plans / Varnish | plans + stitch / Varnish | "
-                 "nginx SSI | nginx, no ESI | ours / no ESI | "
-                 "faster (plans + stitch) | one fragment from the origin | "
-                 "plans + stitch / it | Varnish / it |")
+        L.append("| N | D | esi_plan off | A/A | A/A drift | plans, no stitch | "
+                 "esi on (minimal) | Varnish 7.1 | plan off / Varnish | "
+                 "plans, no stitch / Varnish | minimal / Varnish | "
+                 "nginx SSI | nginx, no ESI | plan off / no ESI | "
+                 "faster (minimal) | one fragment from the origin | "
+                 "minimal / it | Varnish / it |")
         L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
                  "---:|---:|---:|---|---:|---:|---:|")
         for row, r in main_res.items():
@@ -1202,37 +1202,37 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                          cell(r["esi"], "rps", fmt),
                          cell(r["esi-aa"], "rps", fmt), pct(aa),
                          cell(r["esiplan"], "rps", fmt),
-                         cell(r["esistitch"], "rps", fmt),
+                         cell(r["minimal"], "rps", fmt),
                          cell(r["varnish"], "rps", fmt),
                          fmt_ratio(ratio(r["esi"], r["varnish"])),
                          fmt_ratio(ratio(r["esiplan"], r["varnish"])),
-                         fmt_ratio(ratio(r["esistitch"], r["varnish"])),
+                         fmt_ratio(ratio(r["minimal"], r["varnish"])),
                          cell(r["ssi"], "rps", fmt),
                          cell(r["noesi"], "rps", fmt),
                          fmt_ratio(ratio(r["esi"], r["noesi"])),
-                         verdict(r["esistitch"], r["varnish"], aa),
+                         verdict(r["minimal"], r["varnish"], aa),
                          cell(r["origin"], "rps", fmt),
-                         fmt_ratio(ratio(r["esistitch"], r["origin"])),
+                         fmt_ratio(ratio(r["minimal"], r["origin"])),
                          fmt_ratio(ratio(r["varnish"], r["origin"]))))
         L.append("")
         L.append("Latency, p50 / p99 in ms (median of the runs):")
         L.append("")
-        L.append("| N | D | esid + module | A/A | with plans | "
-                 "plans + stitch | Varnish 7.1 | nginx SSI | nginx, no ESI |")
+        L.append("| N | D | esi_plan off | A/A | plans, no stitch | "
+                 "esi on (minimal) | Varnish 7.1 | nginx SSI | nginx, no ESI |")
         L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row, r in main_res.items():
             L.append("| %d | %d ms | %s |" % (row[0], row[1], " | ".join(
                 cell(r[a], "p50", fmt_ms) + " / " + cell(r[a], "p99", fmt_ms)
                 if "differs" not in r[a] else "differs"
-                for a in ("esi", "esi-aa", "esiplan", "esistitch", "varnish",
+                for a in ("esi", "esi-aa", "esiplan", "minimal", "varnish",
                           "ssi", "noesi"))))
         L.append("")
         L.append("CPU per request in microseconds (utime + stime of the "
                  "target's processes; ours counts nginx and esid, esid's "
                  "part in its own column):")
         L.append("")
-        L.append("| N | D | esid + module | of it esid | A/A | with plans | "
-                 "plans + stitch | Varnish 7.1 | ours / Varnish | "
+        L.append("| N | D | esi_plan off | of it esid | A/A | plans, no stitch | "
+                 "esi on (minimal) | Varnish 7.1 | plan off / Varnish | "
                  "nginx SSI | nginx, no ESI |")
         L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row, r in main_res.items():
@@ -1246,7 +1246,7 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                 cell(r["esi"], "cpu_us_esid", fmt),
                 cell(r["esi-aa"], "cpu_us", fmt),
                 cell(r["esiplan"], "cpu_us", fmt),
-                cell(r["esistitch"], "cpu_us", fmt),
+                cell(r["minimal"], "cpu_us", fmt),
                 cell(r["varnish"], "cpu_us", fmt), fmt_ratio(cr),
                 cell(r["ssi"], "cpu_us", fmt),
                 cell(r["noesi"], "cpu_us", fmt)))
