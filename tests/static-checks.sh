@@ -84,9 +84,7 @@ done
 cppcheck "${cppcheck_common[@]}" --std=c99 --language=c \
     --library=posix,zlib -D__linux__ -D__GNUC__ \
     "${ngx_incs[@]}" -I include -I nginx-connector -I "$build/proto/c" \
-    nginx-connector/esi_wire.c nginx-connector/esi_inflate.c \
-    nginx-connector/ngx_http_esi_module.c \
-    nginx-connector/ngx_http_esi_stitch_filter_module.c
+    nginx-connector/*.c
 c=$?
 result $((cxx | c)) cppcheck
 

@@ -1,0 +1,452 @@
+
+/*
+ * Copyright (C) The ESI project authors
+ *
+ * Includes: subrequests, their fragments, and captured attempts.
+ */
+
+
+#include "ngx_http_esi.h"
+
+
+static ngx_int_t ngx_http_esi_include_done(ngx_http_request_t *r, void *data,
+    ngx_int_t rc);
+
+
+static u_char  ngx_http_esi_error_marker[] = "<!-- ESI include error -->";
+
+
+ngx_int_t
+ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_insn_t *insn, ngx_uint_t alt)
+{
+    ngx_str_t                   *path, *args;
+    ngx_http_request_t          *sr, *pr;
+    ngx_http_esi_ctx_t          *sctx, *capture;
+    ngx_http_esi_loc_conf_t     *elcf;
+    ngx_http_post_subrequest_t  *psr;
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    /* inside an attempt, output is held and includes come one at a time */
+
+    capture = ctx->attempts ? ctx : ctx->capture;
+
+    path = alt ? &insn->alt_path : &insn->path;
+    args = alt ? &insn->alt_args : &insn->args;
+
+    if (path->len == 0) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "esi: include refused by esid");
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    if (ctx->depth >= (ngx_uint_t) elcf->max_depth) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: include \"%V\" exceeds esi_max_depth %i",
+                      path, elcf->max_depth);
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    if (!alt && ++ctx->includes > elcf->max_includes) {
+        if (ctx->includes == elcf->max_includes + 1) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: \"%V\" has more than %ui includes "
+                          "(esi_max_includes), the rest fail",
+                          &r->uri, elcf->max_includes);
+        }
+
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    for (pr = r; pr; pr = pr->parent) {
+        if (pr->uri.len == path->len
+            && ngx_strncmp(pr->uri.data, path->data, path->len) == 0
+            && pr->args.len == args->len
+            && (args->len == 0
+                || ngx_strncmp(pr->args.data, args->data, args->len) == 0))
+        {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: include \"%V\" would include itself "
+                          "(a loop), refused", path);
+            return ngx_http_esi_include_failed(r, ctx, insn, alt);
+        }
+    }
+
+    /* what came before the include goes first, ordered by postpone */
+
+    if (ctx->out && ngx_http_esi_filter_output(r, ctx) == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    /* when it is done, what postpone holds behind it goes on */
+
+    psr = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    if (psr == NULL) {
+        return NGX_ERROR;
+    }
+
+    psr->handler = ngx_http_esi_include_done;
+    psr->data = ctx;
+
+    if (insn->alt_path.len == 0 && !insn->continue_on_error
+        && capture == NULL)
+    {
+        if (ngx_http_subrequest(r, path, args, &sr, psr, 0) != NGX_OK) {
+            return ngx_http_esi_include_failed(r, ctx, insn, alt);
+        }
+
+        return NGX_OK;
+    }
+
+    /* the outcome decides what follows: wait for it */
+
+    sctx = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_ctx_t));
+    if (sctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    sctx->fragment = 1;
+    sctx->capture = capture;
+
+    if (ngx_http_subrequest(r, path, args, &sr, psr,
+                            NGX_HTTP_SUBREQUEST_WAITED)
+        != NGX_OK)
+    {
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
+    ngx_http_set_ctx(sr, sctx, ngx_http_esi_module);
+
+    if (capture) {
+        sr->filter_need_in_memory = 1;
+    }
+
+    ctx->wait = sr;
+    ctx->wait_insn = insn;
+    ctx->wait_alt = alt;
+    ctx->wait_failed = 0;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_esi_include_failed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_insn_t *insn, ngx_uint_t alt)
+{
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    if (!alt && insn->alt_path.len) {
+        return ngx_http_esi_include(r, ctx, insn, 1);
+    }
+
+    if (insn->continue_on_error) {
+        return NGX_OK;
+    }
+
+    ngx_http_esi_splice_try_failed(ctx);
+
+    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+
+    if (elcf->silent_errors) {
+        return NGX_OK;
+    }
+
+    cl = ngx_http_esi_filter_link(r, ctx);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = cl->buf;
+    b->memory = 1;
+    b->pos = ngx_http_esi_error_marker;
+    b->last = ngx_http_esi_error_marker + sizeof(ngx_http_esi_error_marker) - 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * An include of the page counts against its esi_max_fragment_size.  One
+ * whose Content-Length says it is larger fails as an error status does:
+ * NGX_OK, its body is discarded.  NGX_DECLINED: it goes on, counted.
+ */
+
+ngx_int_t
+ngx_http_esi_include_header(ngx_http_request_t *r, ngx_http_esi_ctx_t **ctxp)
+{
+    ngx_http_esi_ctx_t       *ctx, *pctx;
+    ngx_http_esi_loc_conf_t  *plcf;
+
+    pctx = ngx_http_get_module_ctx(r->parent, ngx_http_esi_module);
+    plcf = ngx_http_get_module_loc_conf(r->parent, ngx_http_esi_module);
+
+    if (pctx == NULL || !pctx->stream || plcf->max_fragment_size == 0) {
+        return NGX_DECLINED;
+    }
+
+    ctx = *ctxp;
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_set_ctx(r, ctx, ngx_http_esi_module);
+        *ctxp = ctx;
+    }
+
+    ctx->limited = 1;
+    ctx->fragment_room = plcf->max_fragment_size;
+
+    if (r->headers_out.content_length_n <= plcf->max_fragment_size) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "esi: include \"%V\" is larger than "
+                  "esi_max_fragment_size %O (Content-Length %O), "
+                  "include failed", &r->uri, plcf->max_fragment_size,
+                  r->headers_out.content_length_n);
+
+    ctx->oversized = 1;
+    ctx->discard = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * What an include sends past esi_max_fragment_size is consumed unseen; the
+ * end of its response still goes on, so that the include, and an ESI
+ * stream of its own, finish.
+ */
+
+ngx_int_t
+ngx_http_esi_include_limit(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_chain_t **in)
+{
+    off_t                     size;
+    ngx_buf_t                *b;
+    ngx_uint_t                end;
+    ngx_chain_t              *cl, *out, **ll;
+    ngx_http_esi_loc_conf_t  *plcf;
+
+    size = 0;
+
+    for (cl = *in; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    if (size <= ctx->fragment_room) {
+        ctx->fragment_room -= size;
+        return NGX_OK;
+    }
+
+    if (!ctx->cut) {
+        ctx->cut = 1;
+        plcf = ngx_http_get_module_loc_conf(r->parent, ngx_http_esi_module);
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: include \"%V\" is larger than "
+                      "esi_max_fragment_size %O, the rest of it is "
+                      "discarded", &r->uri, plcf->max_fragment_size);
+    }
+
+    out = NULL;
+    ll = &out;
+    end = 0;
+
+    for (cl = *in; cl; cl = cl->next) {
+        b = cl->buf;
+        size = ngx_buf_size(b);
+
+        if (size > ctx->fragment_room) {
+            if (ctx->fragment_room == 0) {
+                end |= b->last_in_chain;
+                b->pos = b->last;
+                b->file_pos = b->file_last;
+                continue;
+            }
+
+            /* cut in place, as the range filter does */
+
+            if (b->in_file) {
+                b->file_last = b->file_pos + ctx->fragment_room;
+            }
+
+            if (ngx_buf_in_memory(b)) {
+                b->last = b->pos + (size_t) ctx->fragment_room;
+            }
+
+            size = ctx->fragment_room;
+        }
+
+        ctx->fragment_room -= size;
+
+        *ll = ngx_alloc_chain_link(r->pool);
+        if (*ll == NULL) {
+            return NGX_ERROR;
+        }
+
+        (*ll)->buf = b;
+        ll = &(*ll)->next;
+    }
+
+    if (end) {
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->last_in_chain = 1;
+        b->sync = 1;
+
+        *ll = ngx_alloc_chain_link(r->pool);
+        if (*ll == NULL) {
+            return NGX_ERROR;
+        }
+
+        (*ll)->buf = b;
+        ll = &(*ll)->next;
+    }
+
+    *ll = NULL;
+    *in = out;
+
+    return NGX_OK;
+}
+
+
+/* in place of a parallel include refused by its Content-Length */
+
+ngx_int_t
+ngx_http_esi_include_marker(ngx_http_request_t *r)
+{
+    ngx_buf_t                *b;
+    ngx_chain_t               out;
+    ngx_http_esi_loc_conf_t  *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r->parent, ngx_http_esi_module);
+
+    if (plcf->silent_errors) {
+        return NGX_OK;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->memory = 1;
+    b->pos = ngx_http_esi_error_marker;
+    b->last = ngx_http_esi_error_marker + sizeof(ngx_http_esi_error_marker) - 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_esi_filter_next(r, NULL, &out);
+}
+
+
+static ngx_int_t
+ngx_http_esi_include_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
+{
+    ngx_http_esi_ctx_t  *ctx = data;
+    ngx_http_esi_ctx_t  *sctx;
+
+    sctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
+
+    if (ctx->wait == r
+        && (rc == NGX_ERROR
+            || rc >= NGX_HTTP_BAD_REQUEST
+            || r->headers_out.status >= NGX_HTTP_BAD_REQUEST
+            || (sctx && sctx->oversized)))
+    {
+        ctx->wait_failed = 1;
+    }
+
+    /* r->done is set after this handler returns */
+
+    if (!ctx->resume.posted) {
+        ngx_post_event(&ctx->resume, &ngx_posted_events);
+    }
+
+    return rc;
+}
+
+
+/*
+ * Copies an include's output into the attempt that holds it: upstream
+ * buffers are reused as soon as they are consumed.  The copies live in the
+ * request's pool until it ends, so all the page's attempts together may
+ * copy esi_max_page_size; past it the attempt fails.  After a fallback the
+ * bytes have no place to go.
+ */
+
+ngx_int_t
+ngx_http_esi_include_capture(ngx_http_request_t *r, ngx_http_esi_ctx_t *to,
+    ngx_chain_t *in)
+{
+    off_t                     size;
+    u_char                   *p;
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    ngx_http_esi_loc_conf_t  *elcf;
+
+    elcf = ngx_http_get_module_loc_conf(to->request, ngx_http_esi_module);
+
+    for ( /* void */ ; in; in = in->next) {
+        size = ngx_buf_size(in->buf);
+
+        if (size == 0) {
+            continue;
+        }
+
+        if (to->attempts == 0 || to->fallen) {
+            /* void */
+
+        } else if (!ngx_buf_in_memory(in->buf)) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: include \"%V\" in an attempt is not in "
+                          "memory", &r->uri);
+            ngx_http_esi_splice_try_failed(to);
+
+        } else if (elcf->max_page_size
+                   && to->captured + size > elcf->max_page_size)
+        {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: includes held by an attempt exceed "
+                          "esi_max_page_size %O, the attempt fails",
+                          elcf->max_page_size);
+            ngx_http_esi_splice_try_failed(to);
+
+        } else {
+            p = ngx_pnalloc(r->pool, (size_t) size);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            cl = ngx_http_esi_filter_link(to->request, to);
+            if (cl == NULL) {
+                return NGX_ERROR;
+            }
+
+            b = cl->buf;
+            b->memory = 1;
+            b->pos = p;
+            b->last = ngx_cpymem(p, in->buf->pos, (size_t) size);
+
+            to->captured += size;
+        }
+
+        in->buf->pos = in->buf->last;
+        in->buf->file_pos = in->buf->file_last;
+    }
+
+    return NGX_OK;
+}
