@@ -17,6 +17,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$(realpath -m "${1:-$root/build-packages/deb}")
 jobs=${ESI_JOBS:-2}
 
+# Packages of an earlier build go first: if this one fails, nothing in
+# OUTDIR may pass for its output (ci-packages.sh installs what is there).
+mkdir -p "$out"
+rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
+
 scratch=$(mktemp -d /tmp/esi-deb.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 src=$scratch/esi
@@ -32,8 +37,6 @@ cp -r "$root/packaging/debian" "$src/debian"
 echo "build-deb: building in $src"
 (cd "$src" && dpkg-buildpackage -us -uc -b -j"$jobs")
 
-mkdir -p "$out"
-rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
 cp "$scratch"/*.deb "$scratch"/*.changes "$scratch"/*.buildinfo "$out"/
 
 echo "build-deb: lintian"

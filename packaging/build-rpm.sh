@@ -16,6 +16,11 @@ spec=$root/packaging/rpm/esi.spec
 jobs=${ESI_JOBS:-2}
 version=$(sed -n 's/^Version:[[:space:]]*//p' "$spec")
 
+# RPMs of an earlier build go first: if this one fails, nothing in OUTDIR
+# may pass for its output.
+mkdir -p "$out"
+rm -f "$out"/*.rpm
+
 scratch=$(mktemp -d /tmp/esi-rpm.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch"/{BUILD,RPMS,SOURCES,SPECS,SRPMS}

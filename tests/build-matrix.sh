@@ -15,9 +15,12 @@
 # BUILD_DIR (default build/) holds a built esid, which the tests run; the
 # NGINX trees are kept in BUILD_DIR/matrix and configured again only when
 # their flags, the module's config or this script change (make rebuilds what
-# changed).  Ends with "build-matrix: N passed, N failed": per variant, one
-# entry for its build (configure's zlib message and NGX_ZLIB as expected,
-# then make) and one for its tests.
+# changed).  Ends with "build-matrix: N passed, N failed, N skipped": per
+# variant, one entry for its build (configure's zlib message and NGX_ZLIB as
+# expected, then make) and one for each of its test methods
+# (integration/run_counted.py, counted by tests/gate_count.py: a skip that
+# tests/expected-skips does not list fails), or one failure for its tests
+# when they could not run.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -27,13 +30,14 @@ matrix=$build/matrix
 jobs=${ESI_JOBS:-2}
 passed=0
 failed=0
+skipped=0
 
 pass() { passed=$((passed + 1)); echo "build-matrix: $*: ok"; }
-fail() { failed=$((failed + 1)); echo "build-matrix: $*: FAILED"; }
+fail() { failed=$((failed + 1)); echo "build-matrix: FAILED $*"; }
 
 if [ ! -x "$build/esid" ] || [ ! -f "$build/proto/c/esi_wire_layout.h" ]; then
     echo "build-matrix: no built esid in $build (cmake --build $build)"
-    echo "build-matrix: 0 passed, 6 failed"
+    echo "build-matrix: 0 passed, 6 failed, 0 skipped"
     exit 1
 fi
 
@@ -42,7 +46,7 @@ fi
 if [ ! -f "$matrix/source/src/configure" ]; then
     if ! bash tests/sanitize/nginx.sh fetch "$matrix/source"; then
         echo "build-matrix: could not fetch nginx's source"
-        echo "build-matrix: 0 passed, 6 failed"
+        echo "build-matrix: 0 passed, 6 failed, 0 skipped"
         exit 1
     fi
 fi
@@ -120,17 +124,36 @@ for v in "${variants[@]}"; do
     tree=$matrix/$name/tree
     module=builtin
     [ "$name" = static ] || module=$tree/objs/ngx_http_esi_module.so
+    results=$matrix/$name/results
+    rm -rf "$results"
     # shellcheck disable=SC2086
-    if (cd tests/integration &&
+    (cd tests/integration &&
         ESI_NGINX=$tree/objs/nginx ESI_MODULE=$module ESI_BUILD_DIR=$build \
         ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib PYTHONDONTWRITEBYTECODE=1 \
-        python3 -m unittest $tests) >"$matrix/$name/tests.log" 2>&1; then
-        pass "$name tests ($(grep -E '^Ran [0-9]+ tests?' "$matrix/$name/tests.log"))"
-    else
+        ESI_RESULTS_DIR=$results \
+        python3 run_counted.py $tests) >"$matrix/$name/tests.log" 2>&1
+    rc=$?
+    # shellcheck disable=SC2086
+    count=$(python3 tests/gate_count.py --name "$name" --results "$results" \
+            --modules $tests)
+    sed -n "s/^$name: FAILED /build-matrix: FAILED $name: /p;
+            s/^$name: skipped /build-matrix: skipped $name: /p" <<<"$count"
+    line=$(tail -n 1 <<<"$count")
+    if ! [[ $line =~ ^$name:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed,\ ([0-9]+)\ skipped$ ]]; then
         tail -n 60 "$matrix/$name/tests.log"
-        fail "$name tests"
+        fail "$name tests (not counted)"
+        continue
+    fi
+    passed=$((passed + BASH_REMATCH[1]))
+    failed=$((failed + BASH_REMATCH[2]))
+    skipped=$((skipped + BASH_REMATCH[3]))
+    echo "build-matrix: $name tests: ${BASH_REMATCH[1]} passed," \
+         "${BASH_REMATCH[2]} failed, ${BASH_REMATCH[3]} skipped"
+    if [ "${BASH_REMATCH[2]}" -ne 0 ] || [ "$rc" -ne 0 ]; then
+        tail -n 60 "$matrix/$name/tests.log"
+        [ "${BASH_REMATCH[2]}" -ne 0 ] || fail "$name tests (unittest exited $rc)"
     fi
 done
 
-echo "build-matrix: $passed passed, $failed failed"
+echo "build-matrix: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

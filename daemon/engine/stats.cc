@@ -9,7 +9,8 @@ nlohmann::json Stats::toJson() const {
           {"streams", streams},         {"active_streams", activeStreams},
           {"bytes", bytes},             {"includes", includes},
           {"warnings", warnings},       {"errors", errors},
-          {"ring_full", ringFull},      {"planned", planned},
+          {"ring_full", ringFull},      {"worker_waits", workerWaits},
+          {"planned", planned},
           {"stitched", stitched},       {"replayed", replayed},
           {"ring_bytes_in", ringBytesIn}, {"ring_bytes_out", ringBytesOut}};
 }

@@ -22,6 +22,8 @@ struct Stats {
   uint64_t warnings = 0;         // odd markup passed over
   uint64_t errors = 0;           // refused includes and protocol violations
   uint64_t ringFull = 0;         // answers that had to wait for ring space
+  uint64_t workerWaits = 0;      // times a worker waited for room in its ring
+                                 // to esid, and esid's reading woke it
   uint64_t ringBytesIn = 0;      // message bytes read from the workers' rings
   uint64_t ringBytesOut = 0;     // and written to them
 

@@ -180,6 +180,8 @@ constexpr Metric kMetrics[] = {
     {"warnings", "warnings_total", "counter", "Odd markup passed over."},
     {"errors", "errors_total", "counter", "Refused includes and protocol violations."},
     {"ring_full", "ring_full_total", "counter", "Answers that had to wait for ring space."},
+    {"worker_waits", "worker_waits_total", "counter",
+     "Times a worker waited for room in its ring to esid, woken when esid read."},
     {"planned", "planned_total", "counter", "Cache hits answered with a parse plan."},
     {"stitched", "stitched_total", "counter", "Plans sent naming gzip segments (esi_stitch)."},
     {"replayed", "replayed_total", "counter",

@@ -781,6 +781,21 @@ TEST_F(WorkerSessionTest, AHitWithoutSegmentsGetsNeitherSegmentsNorAPin) {
   EXPECT_EQ(stats_.stitched, 0u);
 }
 
+TEST_F(WorkerSessionTest, AWorkerWaitingForRoomInItsRingIsCountedWhenEsidReads) {
+  worker_->open(1, "/p", "example.com");
+  worker_->body(1, "abc");
+  // The worker found no room (asking for more than the ring holds) and
+  // says it sleeps: esid's next read wakes it, once, and counts it.
+  EXPECT_EQ(esi_ring_wait_space(&worker_->toDaemon, 512 * 1024), 1);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(stats_.workerWaits, 1u);
+  worker_->end(1);
+  serve();
+  EXPECT_EQ(stats_.workerWaits, 1u);  // nobody waited this time
+  EXPECT_EQ(Stats{stats_}.toJson()["worker_waits"], 1);
+}
+
 TEST_F(WorkerSessionTest, AReplayedHitIsCountedAsPlannedAndNeedsNoAnswer) {
   recordPlanOf(kStitchedPage, 6);
   worker_->replayed(kObject, "plans", true);

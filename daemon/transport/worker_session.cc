@@ -317,7 +317,10 @@ bool WorkerSession::drainRequests(size_t& turn) {
     }
     stats_.ringBytesIn += length;
     if (!handleRequest(payload, length)) return false;
-    if (esi_ring_release(&rings_.requests())) rings_.wakeWorker();
+    if (esi_ring_release(&rings_.requests())) {
+      ++stats_.workerWaits;
+      rings_.wakeWorker();
+    }
     --turn;
   }
   return !stopped_;

@@ -100,7 +100,8 @@ class Connection {
     // session through a weak pointer.
     session_ = std::make_shared<WorkerSession>(
         loop, sockets_[0], kRingSize, stats, purger, orders_, plans_, arena_,
-        [this](std::string_view) { fatal_ = true; });
+        [this](std::string_view) { fatal_ = true; },
+        [](const std::vector<Md5>&) {});
     FUZZ_CHECK(session_->start());
     receiveWelcome();
   }

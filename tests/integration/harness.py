@@ -52,6 +52,9 @@ REQUEST_TIMEOUT = float(os.environ.get("ESI_REQUEST_TIMEOUT", "30"))
 
 ERROR_MARKER = b"<!-- ESI include error -->"
 
+# Lines of esid's stderr shown when it did not exit cleanly.
+ESID_STDERR_TAIL = 20
+
 # A crashed or misbehaving worker shows up as one of these in error.log.
 CRASH_RE = re.compile(
     r"exited on signal|core dumped|\[alert\]|\[emerg\]")
@@ -178,7 +181,13 @@ def tcp_port_answers(port):
 
 
 class Process:
-    """A child in its own process group, stopped with its whole group."""
+    """A child in its own process group, stopped with its whole group.
+
+    `killed_by_test` is set when a test SIGKILLs it (kill(), or signal()
+    with SIGKILL): the harness then asks nothing of its exit status.
+    `sigkilled_by_stop` is set when stop() had to SIGKILL it because
+    SIGTERM did not end it within STOP_BOUND, and `ran_until_stop` says
+    whether it was still running when stop() was first called."""
 
     def __init__(self, name, argv, tmp, env=None):
         self.name = name
@@ -195,29 +204,58 @@ class Process:
             out.close()
             err.close()
         self.pid = self.popen.pid
+        self.killed_by_test = False
+        self.sigkilled_by_stop = False
+        self.ran_until_stop = None
 
     def alive(self):
         return self.popen.poll() is None
 
     def signal(self, sig):
         if self.alive():
+            if sig == signal.SIGKILL:
+                self.killed_by_test = True
             os.kill(self.pid, sig)
 
     def stop(self):
         """SIGTERM, then SIGKILL after STOP_BOUND; returns the exit code."""
+        if self.ran_until_stop is None:
+            self.ran_until_stop = self.alive()
         if self.alive():
             self._signal_group(signal.SIGCONT)
             self._signal_group(signal.SIGTERM)
             try:
                 self.popen.wait(STOP_BOUND)
             except subprocess.TimeoutExpired:
+                self.sigkilled_by_stop = True
                 self._signal_group(signal.SIGKILL)
                 self.popen.wait(STOP_BOUND)
         return self.popen.returncode
 
     def kill(self):
+        self.killed_by_test = True
         self._signal_group(signal.SIGKILL)
         self.popen.wait(STOP_BOUND)
+
+    def unclean_exit(self):
+        """Why this process's end was not a clean exit, or None: a status
+        other than 0 that no SIGKILL of the test's explains, SIGTERM not
+        obeyed within STOP_BOUND, or an exit before anyone stopped it."""
+        if self.killed_by_test:
+            return None
+        code = self.popen.poll()
+        if self.sigkilled_by_stop:
+            return "did not exit within %ss of SIGTERM (SIGKILLed)" % (
+                STOP_BOUND)
+        if code == 0:
+            return None
+        if code is None:
+            return "is still running"
+        status = ("killed by %s" % signal.Signals(-code).name if code < 0
+                  else "exit status %d" % code)
+        when = ("after SIGTERM" if self.ran_until_stop
+                else "before it was stopped")
+        return "ended %s: %s" % (when, status)
 
     def _signal_group(self, sig):
         try:
@@ -320,6 +358,17 @@ class EsiTestCase(unittest.TestCase):
             for line in proc.stderr().splitlines():
                 if SANITIZER_RE.search(line):
                     problems.append("%s: %s" % (proc.name, line))
+        # An esid that aborts, segfaults or exits non-zero fails the test,
+        # unless the test SIGKILLed it itself (Process.kill, or signal with
+        # SIGKILL); stopped with SIGTERM it must exit 0.
+        for proc in self.processes:
+            why = proc.unclean_exit() if proc.name.startswith("esid") \
+                else None
+            if why:
+                tail = proc.stderr().splitlines()[-ESID_STDERR_TAIL:]
+                problems.append("%s (pid %d) %s; its stderr ends:\n%s" % (
+                    proc.name, proc.pid, why,
+                    "\n".join("    " + l for l in tail) or "    (empty)"))
         for name in sorted(os.listdir(self.tmp)):
             if name.startswith(SANITIZER_LOG + "."):
                 lines = _read(os.path.join(self.tmp, name)).splitlines()

@@ -33,6 +33,50 @@ class SocketTest(EsiTestCase):
         self.assertIn(b"--socket", r.stdout + r.stderr)
 
 
+class ExitStatusTest(EsiTestCase):
+    """The harness fails a test whose esid did not exit cleanly: an abort
+    or a crash must not go unnoticed; a SIGKILL of the test's own is no
+    failure, and neither is a SIGSTOP it resumed."""
+
+    def teardown_problems(self, esid):
+        """What the harness's teardown reports, then forgets `esid` so that
+        the real teardown after the test does not report it again."""
+        try:
+            self._teardown()
+            problems = ""
+        except AssertionError as e:
+            problems = str(e)
+        self.processes.remove(esid)
+        return problems
+
+    def test_an_esid_that_aborts_fails_the_test(self):
+        esid = self.start_esid()
+        os.kill(esid.pid, signal.SIGABRT)
+        esid.popen.wait(STOP_BOUND)
+        problems = self.teardown_problems(esid)
+        self.assertIn("esid-0 (pid %d) ended before it was stopped: killed "
+                      "by SIGABRT; its stderr ends:\n    " % esid.pid,
+                      problems)
+        self.assertIn("listening on %s" % self.socket_path, problems)
+
+    def test_an_esid_stopped_with_sigterm_exits_zero(self):
+        esid = self.start_esid()
+        self.assertEqual(self.teardown_problems(esid), "")
+        self.assertEqual(esid.popen.returncode, 0)
+
+    def test_an_esid_the_test_sigkilled_is_no_failure(self):
+        esid = self.start_esid()
+        esid.kill()
+        self.assertEqual(self.teardown_problems(esid), "")
+
+    def test_an_esid_the_test_stopped_and_resumed_must_exit_zero(self):
+        esid = self.start_esid()
+        esid.signal(signal.SIGSTOP)
+        esid.signal(signal.SIGCONT)
+        self.assertEqual(self.teardown_problems(esid), "")
+        self.assertEqual(esid.popen.returncode, 0)
+
+
 class SocketGroupTest(EsiTestCase):
     """--socket-group and --socket-mode, applied to the socket esid
     creates; a world-writable mode and an unknown group stop esid."""
@@ -195,7 +239,7 @@ class EsictlTest(EsiTestCase):
         self.assertGreaterEqual(stats.get("streams", -1), 3, stats)
         self.assertGreater(stats.get("includes", -1), 0, stats)
         self.assertGreater(stats.get("bytes", -1), 0, stats)
-        self.assertIn("errors", stats)
+        self.assertEqual(stats.get("errors"), 0, stats)
 
     def test_stats_json_has_the_same_keys(self):
         self.assertBody("/page", b"aXc")

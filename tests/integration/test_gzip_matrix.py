@@ -7,23 +7,23 @@ Every gzip response is read back through Python's gzip module.
 
 import gzip
 import hashlib
+import http.client
 import socketserver
 import threading
-import time
 import unittest
 import zlib
 
-from harness import EsiTestCase
+from harness import REQUEST_TIMEOUT, EsiTestCase, Response
 
 FRAGMENT = "<b>fragment</b>"
 PAGE = ("<html>" + "page text, repeated. " * 40
         + '<esi:include src="/esi/frag"/>'
         + " and after it " * 40 + "</html>")
 ASSEMBLED = PAGE.replace('<esi:include src="/esi/frag"/>', FRAGMENT).encode()
+# What a client may get of the page before a refused include.
+BEFORE_INCLUDE = PAGE.split("<esi:include")[0].encode()
 
 GZIP_OUT = "gzip on; gzip_min_length 1; gzip_vary on;"
-
-PAUSE = 0.3
 
 REFUSAL_FIXES = ('"gunzip on"',
                  '"proxy_set_header Accept-Encoding """')
@@ -67,7 +67,9 @@ class _RawHandler(socketserver.BaseRequestHandler):
             self.request.sendall(head)
             for piece in pieces:
                 if piece is None:
-                    time.sleep(PAUSE)
+                    # Until the client has had the bytes sent so far (a
+                    # hang guard, not a pace: the test sets it).
+                    self.server.resume.wait(REQUEST_TIMEOUT)
                     continue
                 self.request.sendall(piece)
         except OSError:
@@ -85,6 +87,7 @@ class RawOrigin:
     def __init__(self):
         self.server = _RawServer(("127.0.0.1", 0), _RawHandler)
         self.server.routes = {}
+        self.server.resume = threading.Event()
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever,
                                        kwargs={"poll_interval": 0.05},
@@ -93,8 +96,9 @@ class RawOrigin:
 
     def chunked(self, path, body, encoding="gzip", piece=4096,
                 pause_at=None):
-        """Serves `body` chunked; pauses once before the chunk holding
-        byte `pause_at`, so what came before it reaches the client."""
+        """Serves `body` chunked; with `pause_at`, stops before the chunk
+        holding that byte until `resume` is set, so that what came before
+        it can reach the client first."""
         head = ("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
                 "Content-Encoding: %s\r\nTransfer-Encoding: chunked\r\n"
                 "Connection: close\r\n\r\n" % encoding).encode()
@@ -125,7 +129,7 @@ class GzipMatrixTest(EsiTestCase):
         r = self.fetch("/page", headers)
 
         if fragment_gzip and not gunzip:
-            self.assertRefused(r)
+            self.assertRefused(r, client_gzip)
             return
 
         self.assertTrue(r.complete, "incomplete response: %r" % (r,))
@@ -139,10 +143,24 @@ class GzipMatrixTest(EsiTestCase):
             self.assertIsNone(r.header("Content-Encoding"))
             self.assertEqual(r.body, ASSEMBLED)
 
-    def assertRefused(self, r):
+    def assertRefused(self, r, client_gzip):
         self.assertFalse(r.complete, "a gzipped fragment was spliced: %r"
                          % (r,))
-        self.assertNotIn(b"fragment", r.body)
+        # What went out, decoded (it is cut short: no end of stream), is
+        # a prefix of the page before the include: not the fragment, not
+        # its gzipped bytes.
+        body = r.body
+        if r.header("Content-Encoding") == "gzip":
+            self.assertTrue(client_gzip, "gzip for a client without it")
+            body = zlib.decompressobj(31).decompress(body)
+        else:
+            self.assertFalse(client_gzip and body,
+                             "a gzip client got a body not gzipped: %r"
+                             % body[:80])
+        self.assertTrue(BEFORE_INCLUDE.startswith(body),
+                        "not a prefix of the page before the include: %r"
+                        % body[-80:])
+        self.assertNotIn(b"fragment", body)
         log = self.error_log()
         self.assertIn('include "/esi/frag" answered with Content-Encoding '
                       '"gzip"', log)
@@ -223,14 +241,38 @@ class BrokenGzipTest(EsiTestCase):
         return data + b"\xff" * 64 + c.compress(page[len(page) // 2:]) \
             + c.flush()
 
+    def fetch_in_two(self, path):
+        """GET `path` from the raw origin, which stops at its pause: the
+        first body bytes are read, then the origin sends the rest.
+        Returns the Response and the bytes read before the rest."""
+        self.start()
+        conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                          timeout=REQUEST_TIMEOUT)
+        self.addCleanup(conn.close)
+        self.addCleanup(self.raw.server.resume.set)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        first = resp.read1(65536)
+        self.raw.server.resume.set()
+        body, complete = first, True
+        try:
+            body += resp.read()
+        except http.client.IncompleteRead as e:
+            body, complete = body + e.partial, False
+        except OSError:
+            complete = False
+        return Response(resp.status, resp.headers, body, complete), first
+
     def assertCutOff(self, path, what, sent_before=False):
-        r = self.fetch(path)
+        if sent_before:
+            r, first = self.fetch_in_two(path)
+            self.assertEqual(r.status, 200)
+            self.assertGreater(len(first), 0)
+        else:
+            r = self.fetch(path)
         self.assertFalse(r.complete, "a broken body looked whole: %r" % (r,))
         self.assertTrue(self.EXPECTED.startswith(r.body),
                         "what went out is not a prefix of the page")
-        if sent_before:
-            self.assertEqual(r.status, 200)
-            self.assertGreater(len(r.body), 0)
         self.assertIn("esi: %s gzip body from upstream" % what,
                       self.error_log())
 

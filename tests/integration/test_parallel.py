@@ -7,7 +7,7 @@ would see 1 in flight and fail the assertion, not hang.
 
 import unittest
 
-from harness import EsiTestCase
+from harness import EsiTestCase, poll
 
 N = 32
 
@@ -37,14 +37,39 @@ class ParallelTest(EsiTestCase):
         self.assertBody("/page", b"AbCd")
 
 
-class TwoWorkersTest(EsiTestCase):
-    WORKERS = 2
+# Requests the test may make before both workers have served one (each
+# on a new connection, which reuseport hands to a worker by its source
+# port): far more than two workers need.
+REQUESTS_BOUND = 200
 
-    def test_pages_are_processed_with_two_workers(self):
+
+class TwoWorkersTest(EsiTestCase):
+    """Two workers, each with its own connection to esid.  `reuseport`
+    gives each worker a listening socket of its own, so that connections
+    are spread between them (with one shared socket the same idle worker
+    tends to take them all); X-Worker-Pid names the one that served."""
+
+    WORKERS = 2
+    LISTEN = " reuseport"
+    LOCATION = "add_header X-Worker-Pid $pid;"
+
+    def test_pages_are_processed_by_both_workers(self):
         self.origin.route("/page", 'a<esi:include src="/esi/x"/>c')
         self.origin.route("/esi/x", "X")
-        for _ in range(10):
-            self.assertBody("/page", b"aXc")
+        self.start()
+        workers = poll(lambda: (lambda w: w if len(w) == 2 else None)(
+            self.worker_pids()))
+        self.assertEqual(len(workers or []), 2, self.worker_pids())
+        served = set()
+        for n in range(1, REQUESTS_BOUND + 1):
+            _, headers, body = self.get("/page")
+            self.assertEqual(body, b"aXc", "request %d" % n)
+            served.add(int(headers.get("X-Worker-Pid", "0")))
+            if served >= set(workers):
+                break
+        self.assertEqual(served, set(workers),
+                         "after %d requests" % REQUESTS_BOUND)
+        self.assertEqual(self.esi_status(n), "processed")
 
     def test_parallel_includes_with_two_workers(self):
         self.origin.gate("/esi/gate/", 8)

@@ -173,7 +173,18 @@ class SameLocationTest(PurgeTestCase):
         self.origin.route("/g", "g")
         self.assertEqual(self.cache_status("/g"), "MISS")
         self.assertEqual(self.cache_status("/g"), "HIT")
-        self.assertEqual(len(self.cache_files()), 1)
+        files = self.cache_files()
+        self.assertEqual(len(files), 1)
+        methods = ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+        for method in methods:
+            r = self.fetch("/g", method=method)
+            self.assertEqual((r.status, r.body, r.complete), (200, b"g", True),
+                             method)
+        self.assertEqual([m for m, target, _ in self.origin.requests()
+                          if target == "/g"], ["GET"] + methods)
+        # None of them purged: the object is still there, and hit.
+        self.assertEqual(self.cache_files(), files)
+        self.assertEqual(self.cache_status("/g"), "HIT")
 
 
 class RealVaryHeadersTest(PurgeTestCase):
