@@ -128,10 +128,6 @@ typedef struct {
     ngx_msec_t                 timeout;
     ngx_flag_t                 used;
 
-    size_t                     purge_index;
-    ngx_msec_t                 purge_timeout;
-    ngx_array_t                purge_zones;  /* of ngx_shm_zone_t * */
-
     ngx_array_t                plan_zones;   /* of ngx_http_esi_plan_zone_t * */
 } ngx_http_esi_main_conf_t;
 
@@ -157,12 +153,6 @@ typedef struct {
 
     ngx_hash_t                 types;
     ngx_array_t               *types_keys;
-
-    ngx_uint_t                 purge;
-    ngx_str_t                  purge_method;
-    ngx_array_t               *purge_from;  /* of ngx_cidr_t; NULL: all */
-    ngx_shm_zone_t            *purge_zone;
-    ngx_http_complex_value_t  *purge_key;
 
     ngx_http_esi_plan_zone_t  *plan;        /* NULL: esi_plan off */
     ngx_msec_t                 plan_reuse;  /* 0: esid is always asked */
@@ -368,6 +358,24 @@ typedef struct ngx_http_esi_ctx_s {
 } ngx_http_esi_ctx_t;
 
 
+/* ngx_http_esi_purge_module's configuration */
+
+typedef struct {
+    size_t                     index;       /* esi_purge_index; 0: off */
+    ngx_msec_t                 timeout;
+    ngx_array_t                zones;       /* of ngx_shm_zone_t * */
+} ngx_http_esi_purge_main_conf_t;
+
+
+typedef struct {
+    ngx_uint_t                 purge;
+    ngx_str_t                  method;
+    ngx_array_t               *from;        /* of ngx_cidr_t; NULL: all */
+    ngx_shm_zone_t            *zone;
+    ngx_http_complex_value_t  *key;
+} ngx_http_esi_purge_loc_conf_t;
+
+
 /*
  * a purge waiting for esid's answer: an HTTP purge's (request set) or an
  * order esid relayed from esictl (request NULL, in a pool of its own)
@@ -449,6 +457,7 @@ typedef struct {
 
 typedef struct {
     ngx_http_esi_main_conf_t  *conf;
+    ngx_http_esi_purge_main_conf_t *purge;  /* its zones and timeout */
     ngx_log_t                 *log;
     ngx_uint_t                 state;
 
@@ -500,10 +509,8 @@ typedef struct {
 
 
 extern ngx_module_t           ngx_http_esi_module;
+extern ngx_module_t           ngx_http_esi_purge_module;
 extern ngx_http_esi_daemon_t  ngx_http_esi_daemon;
-
-/* the proxy module's loc conf starts with its ngx_http_upstream_conf_t */
-extern ngx_module_t  ngx_http_proxy_module;
 
 
 /* ngx_http_esi_module.c */
@@ -636,22 +643,17 @@ ngx_int_t ngx_http_esi_surrogate_control(ngx_http_request_t *r,
 /* ngx_http_esi_purge_module.c */
 ngx_int_t ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p,
     esi_wire_struct_t *root);
-ngx_int_t ngx_http_esi_purge_access(ngx_http_request_t *r);
 ngx_int_t ngx_http_esi_purge_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
     esi_wire_struct_t *root);
 void ngx_http_esi_purge_done(ngx_http_esi_purge_t *p, ngx_uint_t status,
     const char *error);
-char *ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-char *ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone);
 
 
 /* ngx_http_esi_purge_index.c */
 ngx_int_t ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d);
 void ngx_http_esi_purge_index_report(ngx_http_request_t *r,
-    ngx_http_esi_main_conf_t *emcf);
+    ngx_http_esi_purge_main_conf_t *pmcf);
 
 
 #endif /* _NGX_HTTP_ESI_H_INCLUDED_ */

@@ -77,6 +77,7 @@ ngx_http_esi_daemon_init_process(ngx_cycle_t *cycle)
     }
 
     d->conf = emcf;
+    d->purge = hctx->main_conf[ngx_http_esi_purge_module.ctx_index];
     d->log = cycle->log;
     d->daemon_fd = -1;
     d->backoff = NGX_HTTP_ESI_BACKOFF_MIN;

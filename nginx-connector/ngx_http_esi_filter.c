@@ -42,13 +42,6 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
     ngx_http_esi_ctx_t        *ctx, *pctx;
     ngx_http_esi_plain_t      *plain;
     ngx_http_esi_loc_conf_t   *elcf;
-    ngx_http_esi_main_conf_t  *emcf;
-
-    emcf = ngx_http_get_module_main_conf(r, ngx_http_esi_module);
-
-    if (r->cache && emcf->purge_zones.nelts) {
-        ngx_http_esi_purge_index_report(r, emcf);
-    }
 
     if (r->content_handler == ngx_http_esi_purge_handler) {
         return ngx_http_next_header_filter(r);
@@ -1093,19 +1086,7 @@ ngx_http_esi_filter_init(ngx_conf_t *cf)
     ngx_http_handler_pt        *h;
     ngx_http_core_main_conf_t  *cmcf;
 
-    /*
-     * the same-location purge: before the access phase, so that "satisfy
-     * any" cannot let a client outside "from" purge
-     */
-
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    *h = ngx_http_esi_purge_access;
 
     h = ngx_array_push(&cmcf->phases[NGX_HTTP_REWRITE_PHASE].handlers);
     if (h == NULL) {

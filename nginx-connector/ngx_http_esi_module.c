@@ -138,34 +138,6 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       offsetof(ngx_http_esi_main_conf_t, timeout),
       NULL },
 
-    { ngx_string("esi_cache_purge"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
-      ngx_http_esi_purge_conf,
-      NGX_HTTP_LOC_CONF_OFFSET,
-      0,
-      NULL },
-
-    { ngx_string("esi_cache_purge_key"),
-      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_set_complex_value_slot,
-      NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_esi_loc_conf_t, purge_key),
-      NULL },
-
-    { ngx_string("esi_purge_index"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_http_esi_purge_index_conf,
-      NGX_HTTP_MAIN_CONF_OFFSET,
-      0,
-      NULL },
-
-    { ngx_string("esi_purge_timeout"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_msec_slot,
-      NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_esi_main_conf_t, purge_timeout),
-      NULL },
-
     { ngx_string("esi_plan_zone"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_esi_plan_zone,
@@ -338,15 +310,6 @@ ngx_http_esi_create_main_conf(ngx_conf_t *cf)
 
     emcf->timeout = NGX_CONF_UNSET_MSEC;
     emcf->used = 0;
-    emcf->purge_index = NGX_CONF_UNSET_SIZE;
-    emcf->purge_timeout = NGX_CONF_UNSET_MSEC;
-
-    if (ngx_array_init(&emcf->purge_zones, cf->pool, 4,
-                       sizeof(ngx_shm_zone_t *))
-        != NGX_OK)
-    {
-        return NULL;
-    }
 
     if (ngx_array_init(&emcf->plan_zones, cf->pool, 2,
                        sizeof(ngx_http_esi_plan_zone_t *))
@@ -365,8 +328,6 @@ ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_esi_main_conf_t *emcf = conf;
 
     ngx_conf_init_msec_value(emcf->timeout, 2000);
-    ngx_conf_init_size_value(emcf->purge_index, 64 * 1024 * 1024);
-    ngx_conf_init_msec_value(emcf->purge_timeout, 60000);
 
     if (emcf->daemon.data == NULL) {
         ngx_str_set(&emcf->daemon, "unix:/run/esid/esid.sock");
@@ -404,11 +365,6 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
      *
      *     elcf->types = { NULL };
      *     elcf->types_keys = NULL;
-     *     elcf->purge = NGX_HTTP_ESI_PURGE_OFF;
-     *     elcf->purge_method = { 0, NULL };
-     *     elcf->purge_from = NULL;
-     *     elcf->purge_zone = NULL;
-     *     elcf->purge_key = NULL;
      *     elcf->surrogate = { 0, NULL };
      *     elcf->capability = { 0, NULL };
      */
@@ -439,11 +395,7 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_esi_loc_conf_t *prev = parent;
     ngx_http_esi_loc_conf_t *conf = child;
 
-    ngx_http_upstream_conf_t          *ucf;
-    ngx_http_esi_main_conf_t          *emcf;
-    ngx_http_compile_complex_value_t   ccv;
-
-    static ngx_str_t  default_key = ngx_string("$uri$is_args$args");
+    ngx_http_esi_main_conf_t  *emcf;
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_value(conf->silent_errors, prev->silent_errors, 0);
@@ -509,57 +461,6 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->enable) {
         emcf->used = 1;
-    }
-
-    if (conf->purge_key == NULL) {
-        conf->purge_key = prev->purge_key;
-    }
-
-    if (conf->purge_key == NULL) {
-        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-
-        ccv.cf = cf;
-        ccv.value = &default_key;
-        ccv.complex_value = ngx_palloc(cf->pool,
-                                       sizeof(ngx_http_complex_value_t));
-        if (ccv.complex_value == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
-            return NGX_CONF_ERROR;
-        }
-
-        conf->purge_key = ccv.complex_value;
-    }
-
-    if (conf->purge == NGX_HTTP_ESI_PURGE_METHOD) {
-
-        /*
-         * The zone is the location's proxy_cache zone.  The proxy module's
-         * loc conf is private, but it starts with its ngx_http_upstream_conf_t
-         * (public), whose cache_zone is the zone "proxy_cache NAME" set.  A
-         * dynamic module comes after the proxy module, so the proxy's loc
-         * conf is already merged here.
-         */
-
-        ucf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_proxy_module);
-
-        if (ucf == NULL || ucf->cache_zone == NULL) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"esi_cache_purge %V\" needs \"proxy_cache\" "
-                               "with a zone name in the same location, or "
-                               "use \"esi_cache_purge zone=NAME key=KEY\" "
-                               "in a location of its own",
-                               &conf->purge_method);
-            return NGX_CONF_ERROR;
-        }
-
-        conf->purge_zone = ucf->cache_zone;
-
-        if (ngx_http_esi_purge_add_zone(cf, conf->purge_zone) != NGX_OK) {
-            return NGX_CONF_ERROR;
-        }
     }
 
     return NGX_CONF_OK;

@@ -37,10 +37,10 @@ ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d)
     esi_wire_builder_t       b;
     ngx_http_file_cache_t   *cache;
 
-    zone = d->conf->purge_zones.elts;
+    zone = d->purge->zones.elts;
     first = ngx_queue_head(&d->posted);   /* the sentinel when empty */
 
-    for (i = 0; i < d->conf->purge_zones.nelts; i++) {
+    for (i = 0; i < d->purge->zones.nelts; i++) {
         cache = zone[i]->data;
         name = &zone[i]->shm.name;
         path = &cache->path->name;
@@ -71,7 +71,7 @@ ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d)
         (void) esi_wire_set_text(&z, ESI_WIRE_ZONE_PATH_PTR,
                                  (const char *) path->data, path->len);
         esi_wire_set_u64(&z, ESI_WIRE_ZONE_INDEX_BYTES_OFFSET,
-                         (uint64_t) d->conf->purge_index);
+                         (uint64_t) d->purge->index);
         esi_wire_set_bool(&z, ESI_WIRE_ZONE_LOST_REPORTS_BIT,
                           d->lost_reports);
 
@@ -109,7 +109,7 @@ ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d)
 
 void
 ngx_http_esi_purge_index_report(ngx_http_request_t *r,
-    ngx_http_esi_main_conf_t *emcf)
+    ngx_http_esi_purge_main_conf_t *pmcf)
 {
     ngx_uint_t              i, store;
     ngx_shm_zone_t        **zone;
@@ -122,15 +122,15 @@ ngx_http_esi_purge_index_report(ngx_http_request_t *r,
         return;
     }
 
-    zone = emcf->purge_zones.elts;
+    zone = pmcf->zones.elts;
 
-    for (i = 0; i < emcf->purge_zones.nelts; i++) {
+    for (i = 0; i < pmcf->zones.nelts; i++) {
         if (zone[i] == r->cache->file_cache->shm_zone) {
             break;
         }
     }
 
-    if (i == emcf->purge_zones.nelts) {
+    if (i == pmcf->zones.nelts) {
         return;
     }
 

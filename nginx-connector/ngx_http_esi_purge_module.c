@@ -2,14 +2,17 @@
 /*
  * Copyright (C) The ESI project authors
  *
- * Purge (esi_cache_purge): the handler, its access check, asking
- * esid, marking and unlinking the files, the answer, and esictl's orders.
+ * The purge module (esi_cache_purge), in the same .so as the ESI filter:
+ * its directives, the handler and its access check, asking esid, marking
+ * and unlinking the files, the answer, and esictl's orders.  Its header
+ * filter feeds the variant index (ngx_http_esi_purge_index.c).
  */
 
 
 #include "ngx_http_esi.h"
 
 
+static ngx_int_t ngx_http_esi_purge_access(ngx_http_request_t *r);
 static ngx_int_t ngx_http_esi_purge_init(ngx_http_esi_purge_t *p,
     ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_purge_tags(ngx_http_request_t *r,
@@ -26,6 +29,19 @@ static ngx_int_t ngx_http_esi_purge_respond(ngx_http_request_t *r,
 static void ngx_http_esi_purge_log(ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_report(ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_cleanup(void *data);
+static ngx_int_t ngx_http_esi_purge_header_filter(ngx_http_request_t *r);
+static void *ngx_http_esi_purge_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_esi_purge_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_esi_purge_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static char *ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf,
+    ngx_shm_zone_t *zone);
+static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
 
 
 /* Cache-Purge-Result's first word, by NGX_HTTP_ESI_PURGE_KEY ... _TAG */
@@ -35,6 +51,77 @@ static ngx_str_t  ngx_http_esi_purge_kinds[] = {
     ngx_string("wildcard"),
     ngx_string("tag")
 };
+
+
+static ngx_command_t  ngx_http_esi_purge_commands[] = {
+
+    { ngx_string("esi_cache_purge"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_esi_purge_conf,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("esi_cache_purge_key"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_loc_conf_t, key),
+      NULL },
+
+    { ngx_string("esi_purge_index"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_esi_purge_index_conf,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("esi_purge_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, timeout),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_esi_purge_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    ngx_http_esi_purge_module_init,        /* postconfiguration */
+
+    ngx_http_esi_purge_create_main_conf,   /* create main configuration */
+    ngx_http_esi_purge_init_main_conf,     /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_esi_purge_create_loc_conf,    /* create location configuration */
+    ngx_http_esi_purge_merge_loc_conf      /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_esi_purge_module = {
+    NGX_MODULE_V1,
+    &ngx_http_esi_purge_module_ctx,        /* module context */
+    ngx_http_esi_purge_commands,           /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+/* the proxy module's loc conf starts with its ngx_http_upstream_conf_t */
+extern ngx_module_t  ngx_http_proxy_module;
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 
 
 /* an answer to a purge: mark and unlink the files it names */
@@ -87,7 +174,7 @@ ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
     }
 
     if (esi_wire_bool(&purged, ESI_WIRE_PURGED_MORE_BIT)) {
-        ngx_add_timer(&p->timer, d->conf->purge_timeout);
+        ngx_add_timer(&p->timer, d->purge->timeout);
         return NGX_OK;
     }
 
@@ -118,25 +205,25 @@ ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
  * from an allowed address.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_esi_purge_access(ngx_http_request_t *r)
 {
-    ngx_http_esi_loc_conf_t  *elcf;
+    ngx_http_esi_purge_loc_conf_t  *plcf;
 
-    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_purge_module);
 
-    if (elcf->purge != NGX_HTTP_ESI_PURGE_METHOD
+    if (plcf->purge != NGX_HTTP_ESI_PURGE_METHOD
         || r != r->main
-        || r->method_name.len != elcf->purge_method.len
-        || ngx_strncmp(r->method_name.data, elcf->purge_method.data,
+        || r->method_name.len != plcf->method.len
+        || ngx_strncmp(r->method_name.data, plcf->method.data,
                        r->method_name.len)
            != 0)
     {
         return NGX_DECLINED;
     }
 
-    if (elcf->purge_from
-        && ngx_cidr_match(r->connection->sockaddr, elcf->purge_from)
+    if (plcf->from
+        && ngx_cidr_match(r->connection->sockaddr, plcf->from)
            != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
@@ -153,12 +240,12 @@ ngx_http_esi_purge_access(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_esi_purge_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                 rc;
-    ngx_str_t                 key;
-    ngx_pool_cleanup_t       *cln;
-    ngx_http_esi_purge_t     *p;
-    ngx_http_esi_daemon_t    *d;
-    ngx_http_esi_loc_conf_t  *elcf;
+    ngx_int_t                       rc;
+    ngx_str_t                       key;
+    ngx_pool_cleanup_t             *cln;
+    ngx_http_esi_purge_t           *p;
+    ngx_http_esi_daemon_t          *d;
+    ngx_http_esi_purge_loc_conf_t  *plcf;
 
     if (r != r->main) {
         return NGX_HTTP_FORBIDDEN;
@@ -170,7 +257,7 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
         return rc;
     }
 
-    elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_purge_module);
     d = &ngx_http_esi_daemon;
 
     p = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_purge_t));
@@ -190,7 +277,7 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
     p->pool = r->pool;
     p->log = r->connection->log;
 
-    if (ngx_http_esi_purge_init(p, elcf->purge_zone) != NGX_OK) {
+    if (ngx_http_esi_purge_init(p, plcf->zone) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -199,7 +286,7 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
     }
 
     if (p->tags == NULL) {
-        if (ngx_http_complex_value(r, elcf->purge_key, &key) != NGX_OK) {
+        if (ngx_http_complex_value(r, plcf->key, &key) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
@@ -386,9 +473,9 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
                   "esi: esid relays purge order %uD of \"%V\" in zone \"%V\"",
                   order, &p->key, &zone);
 
-    zones = d->conf->purge_zones.elts;
+    zones = d->purge->zones.elts;
 
-    for (i = 0; i < d->conf->purge_zones.nelts; i++) {
+    for (i = 0; i < d->purge->zones.nelts; i++) {
         if (zones[i]->shm.name.len == zone.len
             && ngx_strncmp(zones[i]->shm.name.data, zone.data, zone.len) == 0)
         {
@@ -396,7 +483,7 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
         }
     }
 
-    if (i == d->conf->purge_zones.nelts) {
+    if (i == d->purge->zones.nelts) {
         ngx_str_set(&p->error, "this worker serves no such zone");
         ngx_http_esi_purge_report(p);
         return NGX_OK;
@@ -571,7 +658,7 @@ ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
     ngx_rbtree_insert(&d->purges, &p->node);
     p->in_table = 1;
 
-    ngx_add_timer(&p->timer, d->conf->purge_timeout);
+    ngx_add_timer(&p->timer, d->purge->timeout);
 
     return NGX_OK;
 }
@@ -971,15 +1058,157 @@ ngx_http_esi_purge_cleanup(void *data)
 }
 
 
+/* the files a cached response comes from or goes to, for esid's index */
+
+static ngx_int_t
+ngx_http_esi_purge_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_esi_purge_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_esi_purge_module);
+
+    if (r->cache && pmcf->zones.nelts) {
+        ngx_http_esi_purge_index_report(r, pmcf);
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static void *
+ngx_http_esi_purge_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_esi_purge_main_conf_t  *pmcf;
+
+    pmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_esi_purge_main_conf_t));
+    if (pmcf == NULL) {
+        return NULL;
+    }
+
+    pmcf->index = NGX_CONF_UNSET_SIZE;
+    pmcf->timeout = NGX_CONF_UNSET_MSEC;
+
+    if (ngx_array_init(&pmcf->zones, cf->pool, 4, sizeof(ngx_shm_zone_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return pmcf;
+}
+
+
+static char *
+ngx_http_esi_purge_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_esi_purge_main_conf_t *pmcf = conf;
+
+    ngx_conf_init_size_value(pmcf->index, 64 * 1024 * 1024);
+    ngx_conf_init_msec_value(pmcf->timeout, 60000);
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_esi_purge_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_esi_purge_loc_conf_t  *plcf;
+
+    plcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_esi_purge_loc_conf_t));
+    if (plcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     plcf->purge = NGX_HTTP_ESI_PURGE_OFF;
+     *     plcf->method = { 0, NULL };
+     *     plcf->from = NULL;
+     *     plcf->zone = NULL;
+     *     plcf->key = NULL;
+     */
+
+    return plcf;
+}
+
+
+static char *
+ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_esi_purge_loc_conf_t *prev = parent;
+    ngx_http_esi_purge_loc_conf_t *conf = child;
+
+    ngx_http_upstream_conf_t          *ucf;
+    ngx_http_compile_complex_value_t   ccv;
+
+    static ngx_str_t  default_key = ngx_string("$uri$is_args$args");
+
+    if (conf->key == NULL) {
+        conf->key = prev->key;
+    }
+
+    if (conf->key == NULL) {
+        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+        ccv.cf = cf;
+        ccv.value = &default_key;
+        ccv.complex_value = ngx_palloc(cf->pool,
+                                       sizeof(ngx_http_complex_value_t));
+        if (ccv.complex_value == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        conf->key = ccv.complex_value;
+    }
+
+    if (conf->purge == NGX_HTTP_ESI_PURGE_METHOD) {
+
+        /*
+         * The zone is the location's proxy_cache zone.  The proxy module's
+         * loc conf is private, but it starts with its ngx_http_upstream_conf_t
+         * (public), whose cache_zone is the zone "proxy_cache NAME" set.  A
+         * dynamic module comes after the proxy module, so the proxy's loc
+         * conf is already merged here.
+         */
+
+        ucf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_proxy_module);
+
+        if (ucf == NULL || ucf->cache_zone == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"esi_cache_purge %V\" needs \"proxy_cache\" "
+                               "with a zone name in the same location, or "
+                               "use \"esi_cache_purge zone=NAME key=KEY\" "
+                               "in a location of its own",
+                               &conf->method);
+            return NGX_CONF_ERROR;
+        }
+
+        conf->zone = ucf->cache_zone;
+
+        if (ngx_http_esi_purge_add_zone(cf, conf->zone) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 /*
  * esi_cache_purge METHOD from all | ADDRESS|CIDR ...;
  * esi_cache_purge zone=NAME key=KEY;
  */
 
-char *
+static char *
 ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_esi_loc_conf_t *elcf = conf;
+    ngx_http_esi_purge_loc_conf_t *plcf = conf;
 
     ngx_int_t                          rc;
     ngx_str_t                         *value, name, key;
@@ -989,7 +1218,7 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_core_loc_conf_t          *clcf;
     ngx_http_compile_complex_value_t   ccv;
 
-    if (elcf->purge != NGX_HTTP_ESI_PURGE_OFF) {
+    if (plcf->purge != NGX_HTTP_ESI_PURGE_OFF) {
         return "is duplicate";
     }
 
@@ -1045,9 +1274,9 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             return NGX_CONF_ERROR;
         }
 
-        elcf->purge = NGX_HTTP_ESI_PURGE_LOCATION;
-        elcf->purge_zone = zone;
-        elcf->purge_key = ccv.complex_value;
+        plcf->purge = NGX_HTTP_ESI_PURGE_LOCATION;
+        plcf->zone = zone;
+        plcf->key = ccv.complex_value;
 
         clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
         clcf->handler = ngx_http_esi_purge_handler;
@@ -1077,8 +1306,8 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
     }
 
-    elcf->purge = NGX_HTTP_ESI_PURGE_METHOD;
-    elcf->purge_method = value[1];
+    plcf->purge = NGX_HTTP_ESI_PURGE_METHOD;
+    plcf->method = value[1];
 
     if (cf->args->nelts == 4 && value[3].len == 3
         && ngx_strncmp(value[3].data, "all", 3) == 0)
@@ -1086,14 +1315,14 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_OK;
     }
 
-    elcf->purge_from = ngx_array_create(cf->pool, cf->args->nelts - 3,
+    plcf->from = ngx_array_create(cf->pool, cf->args->nelts - 3,
                                         sizeof(ngx_cidr_t));
-    if (elcf->purge_from == NULL) {
+    if (plcf->from == NULL) {
         return NGX_CONF_ERROR;
     }
 
     for (i = 3; i < cf->args->nelts; i++) {
-        cidr = ngx_array_push(elcf->purge_from);
+        cidr = ngx_array_push(plcf->from);
         if (cidr == NULL) {
             return NGX_CONF_ERROR;
         }
@@ -1117,27 +1346,27 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-char *
+static char *
 ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_esi_main_conf_t *emcf = conf;
+    ngx_http_esi_purge_main_conf_t *pmcf = conf;
 
     ngx_str_t  *value;
 
-    if (emcf->purge_index != NGX_CONF_UNSET_SIZE) {
+    if (pmcf->index != NGX_CONF_UNSET_SIZE) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
 
     if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
-        emcf->purge_index = 0;
+        pmcf->index = 0;
         return NGX_CONF_OK;
     }
 
-    emcf->purge_index = ngx_parse_size(&value[1]);
+    pmcf->index = ngx_parse_size(&value[1]);
 
-    if (emcf->purge_index == (size_t) NGX_ERROR) {
+    if (pmcf->index == (size_t) NGX_ERROR) {
         return "invalid value";
     }
 
@@ -1145,30 +1374,62 @@ ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-ngx_int_t
+static ngx_int_t
 ngx_http_esi_purge_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone)
 {
-    ngx_uint_t                 i;
-    ngx_shm_zone_t           **z;
-    ngx_http_esi_main_conf_t  *emcf;
+    ngx_uint_t                       i;
+    ngx_shm_zone_t                 **z;
+    ngx_http_esi_main_conf_t        *emcf;
+    ngx_http_esi_purge_main_conf_t  *pmcf;
+
+    /* the worker connects to esid to announce it */
 
     emcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_module);
     emcf->used = 1;
 
-    z = emcf->purge_zones.elts;
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_purge_module);
 
-    for (i = 0; i < emcf->purge_zones.nelts; i++) {
+    z = pmcf->zones.elts;
+
+    for (i = 0; i < pmcf->zones.nelts; i++) {
         if (z[i] == zone) {
             return NGX_OK;
         }
     }
 
-    z = ngx_array_push(&emcf->purge_zones);
+    z = ngx_array_push(&pmcf->zones);
     if (z == NULL) {
         return NGX_ERROR;
     }
 
     *z = zone;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_purge_module_init(ngx_conf_t *cf)
+{
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    /*
+     * the same-location purge: before the access phase, so that "satisfy
+     * any" cannot let a client outside "from" purge
+     */
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_esi_purge_access;
+
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_esi_purge_header_filter;
 
     return NGX_OK;
 }
