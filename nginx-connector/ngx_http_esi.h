@@ -120,6 +120,12 @@
 #define NGX_HTTP_ESI_PURGE_KEY         0
 #define NGX_HTTP_ESI_PURGE_PREFIX      1
 #define NGX_HTTP_ESI_PURGE_TAG         2
+#define NGX_HTTP_ESI_PURGE_ALL         3    /* every object of the zone */
+
+/* how a purge that removes nothing is answered: 404 for a key's */
+#define ngx_http_esi_purge_found(p)                                           \
+    ((p)->count || (p)->kind == NGX_HTTP_ESI_PURGE_TAG                        \
+     || (p)->kind == NGX_HTTP_ESI_PURGE_ALL)
 
 
 typedef struct {
@@ -364,12 +370,14 @@ typedef struct {
     size_t                     index;       /* esi_purge_index; 0: off */
     ngx_msec_t                 timeout;
     ngx_array_t                zones;       /* of ngx_shm_zone_t * */
+    ngx_array_t               *tag_headers; /* of ngx_str_t */
+    ngx_str_t                  tag_names;   /* the same, space separated */
 } ngx_http_esi_purge_main_conf_t;
 
 
 typedef struct {
     ngx_uint_t                 purge;
-    ngx_str_t                  method;
+    ngx_array_t               *methods;     /* of ngx_str_t */
     ngx_array_t               *from;        /* of ngx_cidr_t; NULL: all */
     ngx_shm_zone_t            *zone;
     ngx_http_complex_value_t  *key;
@@ -654,6 +662,8 @@ void ngx_http_esi_purge_done(ngx_http_esi_purge_t *p, ngx_uint_t status,
 ngx_int_t ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d);
 void ngx_http_esi_purge_index_report(ngx_http_request_t *r,
     ngx_http_esi_purge_main_conf_t *pmcf);
+ngx_uint_t ngx_http_esi_purge_index_tag_header(
+    ngx_http_esi_purge_main_conf_t *pmcf, ngx_str_t *name);
 
 
 #endif /* _NGX_HTTP_ESI_H_INCLUDED_ */

@@ -50,7 +50,8 @@ ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d)
                              + ESI_WIRE_ZONE_DATA_WORDS
                              + ESI_WIRE_ZONE_POINTERS,
                              esi_wire_blob(name->len + 1)
-                             + esi_wire_blob(path->len + 1));
+                             + esi_wire_blob(path->len + 1)
+                             + esi_wire_blob(d->purge->tag_names.len + 1));
 
         buf = ngx_palloc(d->pool, need);
         if (buf == NULL) {
@@ -74,6 +75,9 @@ ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d)
                          (uint64_t) d->purge->index);
         esi_wire_set_bool(&z, ESI_WIRE_ZONE_LOST_REPORTS_BIT,
                           d->lost_reports);
+        (void) esi_wire_set_text(&z, ESI_WIRE_ZONE_TAG_HEADERS_PTR,
+                                 (const char *) d->purge->tag_names.data,
+                                 d->purge->tag_names.len);
 
         if (esi_wire_finish(&b) != need) {
             return NGX_ERROR;
@@ -173,21 +177,46 @@ ngx_http_esi_purge_index_stored(void *data)
 }
 
 
+/* whether a header carries tags: one of esi_purge_tag_headers */
+
+ngx_uint_t
+ngx_http_esi_purge_index_tag_header(ngx_http_esi_purge_main_conf_t *pmcf,
+    ngx_str_t *name)
+{
+    ngx_str_t   *t;
+    ngx_uint_t   i;
+
+    t = pmcf->tag_headers->elts;
+
+    for (i = 0; i < pmcf->tag_headers->nelts; i++) {
+        if (name->len == t[i].len
+            && ngx_strncasecmp(name->data, t[i].data, t[i].len) == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 /* a file of a zone esid indexes: its key, its file name and its tags */
 
 static void
 ngx_http_esi_purge_index_object(ngx_http_request_t *r, ngx_pool_t *pool,
     ngx_uint_t store)
 {
-    u_char            *p;
-    size_t             len;
-    ngx_str_t          key, tags, *name, *k;
-    ngx_uint_t         i, n;
-    ngx_list_part_t   *part;
-    ngx_table_elt_t   *h;
-    ngx_http_cache_t  *c;
+    u_char                          *p;
+    size_t                           len;
+    ngx_str_t                        key, tags, *name, *k;
+    ngx_uint_t                       i, n;
+    ngx_list_part_t                 *part;
+    ngx_table_elt_t                 *h;
+    ngx_http_cache_t                *c;
+    ngx_http_esi_purge_main_conf_t  *pmcf;
 
     c = r->cache;
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_esi_purge_module);
     name = &c->file_cache->shm_zone->shm.name;
 
     if (ngx_http_esi_daemon.state == NGX_HTTP_ESI_IDLE) {
@@ -249,15 +278,7 @@ ngx_http_esi_purge_index_object(ngx_http_request_t *r, ngx_pool_t *pool,
             }
 
             if (h[i].hash == 0
-                || !((h[i].key.len == sizeof("Surrogate-Key") - 1
-                      && ngx_strncasecmp(h[i].key.data,
-                                         (u_char *) "Surrogate-Key",
-                                         h[i].key.len)
-                         == 0)
-                     || (h[i].key.len == sizeof("xkey") - 1
-                         && ngx_strncasecmp(h[i].key.data, (u_char *) "xkey",
-                                            h[i].key.len)
-                            == 0)))
+                || !ngx_http_esi_purge_index_tag_header(pmcf, &h[i].key))
             {
                 continue;
             }

@@ -17,6 +17,8 @@ static ngx_int_t ngx_http_esi_purge_init(ngx_http_esi_purge_t *p,
     ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_purge_tags(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p);
+static ngx_int_t ngx_http_esi_purge_pattern(ngx_http_request_t *r,
+    ngx_http_esi_purge_t *p, ngx_str_t *pattern);
 static ngx_int_t ngx_http_esi_purge_send(ngx_http_esi_purge_t *p);
 static ngx_uint_t ngx_http_esi_purge_file(ngx_http_esi_purge_t *p,
     const u_char *key);
@@ -39,6 +41,8 @@ static char *ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_esi_purge_tag_headers(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf,
     ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
@@ -49,7 +53,20 @@ static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
 static ngx_str_t  ngx_http_esi_purge_kinds[] = {
     ngx_string("exact"),
     ngx_string("wildcard"),
-    ngx_string("tag")
+    ngx_string("tag"),
+    ngx_string("all")
+};
+
+
+/* the tag headers of every convention, when esi_purge_tag_headers is not set */
+
+static ngx_str_t  ngx_http_esi_purge_default_tag_headers[] = {
+    ngx_string("Surrogate-Key"),            /* Fastly, Akamai */
+    ngx_string("xkey"),                     /* Varnish xkey, FOSHttpCache */
+    ngx_string("Cache-Tag"),                /* Cloudflare */
+    ngx_string("Cache-Tags"),               /* Drupal */
+    ngx_string("Purge-Cache-Tags"),         /* Drupal's purge module */
+    ngx_string("X-Magento-Tags")            /* Magento 2 */
 };
 
 
@@ -72,6 +89,13 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
     { ngx_string("esi_purge_index"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_esi_purge_index_conf,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("esi_purge_tag_headers"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_esi_purge_tag_headers,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -190,8 +214,8 @@ ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
         return NGX_OK;
     }
 
-    ngx_http_esi_purge_done(p, p->count ? NGX_HTTP_OK : NGX_HTTP_NOT_FOUND,
-                            NULL);
+    ngx_http_esi_purge_done(p, ngx_http_esi_purge_found(p)
+                               ? NGX_HTTP_OK : NGX_HTTP_NOT_FOUND, NULL);
 
     return NGX_OK;
 }
@@ -208,17 +232,27 @@ ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
 static ngx_int_t
 ngx_http_esi_purge_access(ngx_http_request_t *r)
 {
+    ngx_str_t                      *m;
+    ngx_uint_t                      i;
     ngx_http_esi_purge_loc_conf_t  *plcf;
 
     plcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_purge_module);
 
-    if (plcf->purge != NGX_HTTP_ESI_PURGE_METHOD
-        || r != r->main
-        || r->method_name.len != plcf->method.len
-        || ngx_strncmp(r->method_name.data, plcf->method.data,
-                       r->method_name.len)
-           != 0)
-    {
+    if (plcf->purge != NGX_HTTP_ESI_PURGE_METHOD || r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    m = plcf->methods->elts;
+
+    for (i = 0; i < plcf->methods->nelts; i++) {
+        if (r->method_name.len == m[i].len
+            && ngx_strncmp(r->method_name.data, m[i].data, m[i].len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == plcf->methods->nelts) {
         return NGX_DECLINED;
     }
 
@@ -281,18 +315,35 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (ngx_http_esi_purge_tags(r, p) != NGX_OK) {
+    rc = ngx_http_esi_purge_tags(r, p);
+
+    if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (p->tags == NULL) {
+    if (rc == NGX_DECLINED) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: a tag pattern other than Magento's "
+                      "\"((^|,)TAG(,|$))|...\" or \".*\" is not evaluated");
+        return NGX_HTTP_NOT_IMPLEMENTED;
+    }
+
+    if (rc == NGX_ABORT) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "esi: a purge by tag names no tag");
+        return NGX_HTTP_BAD_REQUEST;
+    }
+
+    if (p->kind == NGX_HTTP_ESI_PURGE_KEY) {
         if (ngx_http_complex_value(r, plcf->key, &key) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        p->kind = NGX_HTTP_ESI_PURGE_KEY;
+        if (key.len == 1 && key.data[0] == '*') {
+            p->kind = NGX_HTTP_ESI_PURGE_ALL;
+            key.len = 0;
 
-        if (key.len && key.data[key.len - 1] == '*') {
+        } else if (key.len && key.data[key.len - 1] == '*') {
             p->kind = NGX_HTTP_ESI_PURGE_PREFIX;
             key.len--;
         }
@@ -500,16 +551,27 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
 }
 
 
-/* a Surrogate-Key request header makes it a purge by tag, one per tag */
+/*
+ * A tag header in the request makes it a purge by tag, one per tag: any of
+ * esi_purge_tag_headers (Surrogate-Key, xkey, Cache-Tags, ...), and
+ * xkey-purge and xkey-softpurge as FOSHttpCache sends them (a soft purge is
+ * carried out as a purge).  X-Magento-Tags-Pattern is a pattern of tags.
+ * NGX_DECLINED: a pattern this module does not evaluate; NGX_ABORT: a tag
+ * header with no tag in it.
+ */
 
 static ngx_int_t
 ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 {
-    u_char           *s, *e, *end;
-    ngx_str_t        *tag;
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
+    u_char                          *s, *e, *end;
+    ngx_int_t                        rc;
+    ngx_str_t                       *tag;
+    ngx_uint_t                       i;
+    ngx_list_part_t                 *part;
+    ngx_table_elt_t                 *h;
+    ngx_http_esi_purge_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_esi_purge_module);
 
     part = &r->headers_in.headers.part;
     h = part->elts;
@@ -526,10 +588,31 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
             i = 0;
         }
 
-        if (h[i].key.len != sizeof("Surrogate-Key") - 1
-            || ngx_strncasecmp(h[i].key.data, (u_char *) "Surrogate-Key",
+        if (h[i].key.len == sizeof("X-Magento-Tags-Pattern") - 1
+            && ngx_strncasecmp(h[i].key.data,
+                               (u_char *) "X-Magento-Tags-Pattern",
                                h[i].key.len)
-               != 0)
+               == 0)
+        {
+            rc = ngx_http_esi_purge_pattern(r, p, &h[i].value);
+
+            if (rc != NGX_OK) {
+                return rc;
+            }
+
+            continue;
+        }
+
+        if (!ngx_http_esi_purge_index_tag_header(pmcf, &h[i].key)
+            && !(h[i].key.len == sizeof("xkey-purge") - 1
+                 && ngx_strncasecmp(h[i].key.data, (u_char *) "xkey-purge",
+                                    h[i].key.len)
+                    == 0)
+            && !(h[i].key.len == sizeof("xkey-softpurge") - 1
+                 && ngx_strncasecmp(h[i].key.data,
+                                    (u_char *) "xkey-softpurge",
+                                    h[i].key.len)
+                    == 0))
         {
             continue;
         }
@@ -540,9 +623,10 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
                 return NGX_ERROR;
             }
 
-            p->kind = NGX_HTTP_ESI_PURGE_TAG;
             p->key = h[i].value;
         }
+
+        p->kind = NGX_HTTP_ESI_PURGE_TAG;
 
         end = h[i].value.data + h[i].value.len;
 
@@ -570,6 +654,97 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
         }
     }
 
+    if (p->kind == NGX_HTTP_ESI_PURGE_TAG && p->tags->nelts == 0) {
+        return NGX_ABORT;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * X-Magento-Tags-Pattern as Magento 2 sends it: "((^|,)TAG(,|$))" per tag,
+ * joined with "|" (a regular expression its VCL matches against an
+ * object's comma-joined X-Magento-Tags), so a set of tags purged each by
+ * the index; ".*", its flush, is every object.  NGX_DECLINED: any other
+ * pattern.
+ */
+
+static ngx_int_t
+ngx_http_esi_purge_pattern(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
+    ngx_str_t *pattern)
+{
+    u_char     *s, *e, *end;
+    ngx_str_t  *tag;
+
+    static u_char  open[] = "((^|,)", close[] = "(,|$))";
+
+    if (pattern->len == 2 && pattern->data[0] == '.' && pattern->data[1] == '*')
+    {
+        if (p->kind != NGX_HTTP_ESI_PURGE_TAG) {
+            p->kind = NGX_HTTP_ESI_PURGE_ALL;
+        }
+
+        return NGX_OK;
+    }
+
+    s = pattern->data;
+    end = s + pattern->len;
+
+    for ( ;; ) {
+        if ((size_t) (end - s) < sizeof(open) - 1
+            || ngx_strncmp(s, open, sizeof(open) - 1) != 0)
+        {
+            return NGX_DECLINED;
+        }
+
+        s += sizeof(open) - 1;
+
+        /* a tag: nothing a regular expression reads as more than itself */
+
+        for (e = s; e < end && ngx_strchr("().*+?[]{}|\\^$", *e) == NULL;
+             e++)
+        {
+            /* void */
+        }
+
+        if (e == s
+            || (size_t) (end - e) < sizeof(close) - 1
+            || ngx_strncmp(e, close, sizeof(close) - 1) != 0)
+        {
+            return NGX_DECLINED;
+        }
+
+        if (p->tags == NULL) {
+            p->tags = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
+            if (p->tags == NULL) {
+                return NGX_ERROR;
+            }
+
+            p->key = *pattern;
+        }
+
+        tag = ngx_array_push(p->tags);
+        if (tag == NULL) {
+            return NGX_ERROR;
+        }
+
+        tag->data = s;
+        tag->len = e - s;
+
+        s = e + sizeof(close) - 1;
+
+        if (s == end) {
+            break;
+        }
+
+        if (*s++ != '|') {
+            return NGX_DECLINED;
+        }
+    }
+
+    p->kind = NGX_HTTP_ESI_PURGE_TAG;
+
     return NGX_OK;
 }
 
@@ -594,6 +769,7 @@ ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
     switch (p->kind) {
 
     case NGX_HTTP_ESI_PURGE_PREFIX:
+    case NGX_HTTP_ESI_PURGE_ALL:        /* p->key is empty */
         which = ESI_WIRE_PURGE_KEY_PREFIX_WHICH;
         ptr = ESI_WIRE_PURGE_KEY_PREFIX_PTR;
         value = &p->key;
@@ -858,7 +1034,8 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
     kind = &ngx_http_esi_purge_kinds[p->kind];
 
     if (p->status == 0) {
-        p->status = p->count ? NGX_HTTP_OK : NGX_HTTP_NOT_FOUND;
+        p->status = ngx_http_esi_purge_found(p) ? NGX_HTTP_OK
+                                                : NGX_HTTP_NOT_FOUND;
     }
 
     ngx_http_esi_purge_log(p);
@@ -1103,8 +1280,50 @@ ngx_http_esi_purge_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_esi_purge_main_conf_t *pmcf = conf;
 
+    u_char     *p;
+    ngx_str_t  *h;
+    ngx_uint_t  i;
+
     ngx_conf_init_size_value(pmcf->index, 64 * 1024 * 1024);
     ngx_conf_init_msec_value(pmcf->timeout, 60000);
+
+    if (pmcf->tag_headers == NULL) {
+        pmcf->tag_headers = ngx_array_create(cf->pool, 6, sizeof(ngx_str_t));
+        if (pmcf->tag_headers == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        for (i = 0; i < 6; i++) {
+            h = ngx_array_push(pmcf->tag_headers);
+            if (h == NULL) {
+                return NGX_CONF_ERROR;
+            }
+
+            *h = ngx_http_esi_purge_default_tag_headers[i];
+        }
+    }
+
+    /* as the zone announcement carries them to esid, for its scans */
+
+    h = pmcf->tag_headers->elts;
+
+    for (i = 0; i < pmcf->tag_headers->nelts; i++) {
+        pmcf->tag_names.len += h[i].len + 1;
+    }
+
+    pmcf->tag_names.data = ngx_pnalloc(cf->pool, pmcf->tag_names.len);
+    if (pmcf->tag_names.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    p = pmcf->tag_names.data;
+
+    for (i = 0; i < pmcf->tag_headers->nelts; i++) {
+        p = ngx_cpymem(p, h[i].data, h[i].len);
+        *p++ = ' ';
+    }
+
+    pmcf->tag_names.len--;
 
     return NGX_CONF_OK;
 }
@@ -1124,7 +1343,7 @@ ngx_http_esi_purge_create_loc_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     plcf->purge = NGX_HTTP_ESI_PURGE_OFF;
-     *     plcf->method = { 0, NULL };
+     *     plcf->methods = NULL;
      *     plcf->from = NULL;
      *     plcf->zone = NULL;
      *     plcf->key = NULL;
@@ -1185,7 +1404,7 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                "with a zone name in the same location, or "
                                "use \"esi_cache_purge zone=NAME key=KEY\" "
                                "in a location of its own",
-                               &conf->method);
+                               conf->methods->elts);
             return NGX_CONF_ERROR;
         }
 
@@ -1201,7 +1420,7 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
 
 /*
- * esi_cache_purge METHOD from all | ADDRESS|CIDR ...;
+ * esi_cache_purge METHOD ... from all | ADDRESS|CIDR ...;
  * esi_cache_purge zone=NAME key=KEY;
  */
 
@@ -1211,8 +1430,8 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_esi_purge_loc_conf_t *plcf = conf;
 
     ngx_int_t                          rc;
-    ngx_str_t                         *value, name, key;
-    ngx_uint_t                         i;
+    ngx_str_t                         *value, *method, name, key;
+    ngx_uint_t                         i, k, from;
     ngx_cidr_t                        *cidr;
     ngx_shm_zone_t                    *zone;
     ngx_http_core_loc_conf_t          *clcf;
@@ -1288,40 +1507,60 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_OK;
     }
 
-    if (cf->args->nelts < 4
-        || value[2].len != 4
-        || ngx_strncmp(value[2].data, "from", 4) != 0)
-    {
-        return "must be \"METHOD from all|ADDRESS ...\" or "
-               "\"zone=NAME key=KEY\"";
-    }
+    /* METHOD ... from all | ADDRESS|CIDR ... */
 
-    for (i = 0; i < value[1].len; i++) {
-        if ((value[1].data[i] < 'A' || value[1].data[i] > 'Z')
-            && value[1].data[i] != '_' && value[1].data[i] != '-')
+    for (from = 1; from < cf->args->nelts; from++) {
+        if (value[from].len == 4
+            && ngx_strncmp(value[from].data, "from", 4) == 0)
         {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "invalid method \"%V\"", &value[1]);
-            return NGX_CONF_ERROR;
+            break;
         }
     }
 
-    plcf->purge = NGX_HTTP_ESI_PURGE_METHOD;
-    plcf->method = value[1];
+    if (from == 1 || from + 1 >= cf->args->nelts) {
+        return "must be \"METHOD ... from all|ADDRESS ...\" or "
+               "\"zone=NAME key=KEY\"";
+    }
 
-    if (cf->args->nelts == 4 && value[3].len == 3
-        && ngx_strncmp(value[3].data, "all", 3) == 0)
+    plcf->methods = ngx_array_create(cf->pool, from - 1, sizeof(ngx_str_t));
+    if (plcf->methods == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (k = 1; k < from; k++) {
+        for (i = 0; i < value[k].len; i++) {
+            if ((value[k].data[i] < 'A' || value[k].data[i] > 'Z')
+                && value[k].data[i] != '_' && value[k].data[i] != '-')
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid method \"%V\"", &value[k]);
+                return NGX_CONF_ERROR;
+            }
+        }
+
+        method = ngx_array_push(plcf->methods);
+        if (method == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *method = value[k];
+    }
+
+    plcf->purge = NGX_HTTP_ESI_PURGE_METHOD;
+
+    if (cf->args->nelts == from + 2 && value[from + 1].len == 3
+        && ngx_strncmp(value[from + 1].data, "all", 3) == 0)
     {
         return NGX_CONF_OK;
     }
 
-    plcf->from = ngx_array_create(cf->pool, cf->args->nelts - 3,
-                                        sizeof(ngx_cidr_t));
+    plcf->from = ngx_array_create(cf->pool, cf->args->nelts - from - 1,
+                                  sizeof(ngx_cidr_t));
     if (plcf->from == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    for (i = 3; i < cf->args->nelts; i++) {
+    for (i = from + 1; i < cf->args->nelts; i++) {
         cidr = ngx_array_push(plcf->from);
         if (cidr == NULL) {
             return NGX_CONF_ERROR;
@@ -1368,6 +1607,67 @@ ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     if (pmcf->index == (size_t) NGX_ERROR) {
         return "invalid value";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* esi_purge_tag_headers NAME ...: the response headers that carry tags */
+
+static char *
+ngx_http_esi_purge_tag_headers(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_esi_purge_main_conf_t *pmcf = conf;
+
+    ngx_str_t   *value, *h;
+    ngx_uint_t   i, k;
+
+    if (pmcf->tag_headers) {
+        return "is duplicate";
+    }
+
+    if (cf->args->nelts - 1 > 32) {
+        return "takes at most 32 names";
+    }
+
+    value = cf->args->elts;
+
+    pmcf->tag_headers = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                         sizeof(ngx_str_t));
+    if (pmcf->tag_headers == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        /* a header name: a token (RFC 9110) */
+
+        for (k = 0; k < value[i].len; k++) {
+            if (value[i].data[k] <= ' ' || value[i].data[k] >= 0x7f
+                || ngx_strchr((u_char *) "()<>@,;:\\\"/[]?={}",
+                              value[i].data[k]))
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid header name \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+        }
+
+        if (value[i].len > 64) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "header name \"%V\" is longer than 64 bytes",
+                               &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        h = ngx_array_push(pmcf->tag_headers);
+        if (h == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *h = value[i];
     }
 
     return NGX_CONF_OK;

@@ -80,6 +80,11 @@ struct Zone {
   lostReports @3 :Bool;
   # Since its last announcement the worker dropped a Stored report (esid
   # was away, or the queue overflowed): esid's index of the zone is in doubt.
+  tagHeaders @4 :Text;
+  # esi_purge_tag_headers, separated by spaces: the response headers whose
+  # values (split on spaces and commas) are a file's tags, as the worker
+  # reads them for its Stored reports; esid's scans read the same.  Empty:
+  # esid's default.
 }
 
 struct Stored {

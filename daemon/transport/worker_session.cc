@@ -34,6 +34,8 @@ constexpr size_t kFilesPerPurged = size_t{16} * 1024;
 // Files per Response.forget (16 KiB); a purge of more tells each worker to
 // forget every object it keeps (it keeps at most 1,024 plain ones).
 constexpr size_t kForgetFiles = 1024;
+// esi_purge_tag_headers, all of its names.
+constexpr size_t kMaxTagHeadersBytes = 4096;
 // A body esid keeps whole while it records the body's plan; a longer one is
 // parsed every time.
 constexpr size_t kMaxRecordedBody = 16 << 20;
@@ -579,9 +581,16 @@ bool WorkerSession::handleZone(wire::Zone::Reader zone) {
     violation("zone: bad name or path");
     return false;
   }
+  auto names = zone.getTagHeaders();
+  if (tooLong(names, kMaxTagHeadersBytes)) {
+    violation("zone: tag headers too long");
+    return false;
+  }
+  std::vector<std::string> tagHeaders;
+  splitTags(std::string_view(names.cStr(), names.size()), tagHeaders);
   purger_.announce(std::string_view(name.cStr(), name.size()),
                    std::string_view(path.cStr(), path.size()), zone.getIndexBytes(),
-                   zone.getLostReports());
+                   zone.getLostReports(), std::move(tagHeaders));
   zones_.emplace(name.cStr(), name.size());
   if (!stopped_) orders_.serves(std::string_view(name.cStr(), name.size()), this);
   return true;

@@ -35,6 +35,31 @@ bool equalsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// The tag headers' values from a raw "HTTP/1.1 200 OK\r\nName: value\r\n..."
+void readTags(std::string_view response, const std::vector<std::string>& tagHeaders,
+              std::vector<std::string>& tags) {
+  size_t line = response.find("\r\n");
+  while (line != std::string_view::npos) {
+    line += 2;
+    const size_t end = response.find("\r\n", line);
+    if (end == std::string_view::npos || end == line) return;
+    std::string_view header = response.substr(line, end - line);
+    const size_t colon = header.find(':');
+    if (colon != std::string_view::npos) {
+      std::string_view name = header.substr(0, colon);
+      for (const std::string& tagHeader : tagHeaders) {
+        if (equalsIgnoreCase(name, tagHeader)) {
+          splitTags(header.substr(colon + 1), tags);
+          break;
+        }
+      }
+    }
+    line = end;
+  }
+}
+
+}  // namespace
+
 void splitTags(std::string_view value, std::vector<std::string>& out) {
   size_t i = 0;
   while (i < value.size()) {
@@ -46,28 +71,14 @@ void splitTags(std::string_view value, std::vector<std::string>& out) {
   }
 }
 
-// Surrogate-Key and xkey from a raw "HTTP/1.1 200 OK\r\nName: value\r\n..."
-void readTags(std::string_view response, std::vector<std::string>& tags) {
-  size_t line = response.find("\r\n");
-  while (line != std::string_view::npos) {
-    line += 2;
-    const size_t end = response.find("\r\n", line);
-    if (end == std::string_view::npos || end == line) return;
-    std::string_view header = response.substr(line, end - line);
-    const size_t colon = header.find(':');
-    if (colon != std::string_view::npos) {
-      std::string_view name = header.substr(0, colon);
-      if (equalsIgnoreCase(name, "Surrogate-Key") || equalsIgnoreCase(name, "xkey")) {
-        splitTags(header.substr(colon + 1), tags);
-      }
-    }
-    line = end;
-  }
+const std::vector<std::string>& defaultTagHeaders() {
+  static const std::vector<std::string> kHeaders{
+      "Surrogate-Key", "xkey", "Cache-Tag", "Cache-Tags", "Purge-Cache-Tags", "X-Magento-Tags"};
+  return kHeaders;
 }
 
-}  // namespace
-
-std::optional<CacheFile> parseCacheFile(std::string_view head, std::string* why) {
+std::optional<CacheFile> parseCacheFile(std::string_view head, std::string* why,
+                                        const std::vector<std::string>& tagHeaders) {
   auto refuse = [why](const char* reason) {
     *why = reason;
     return std::nullopt;
@@ -99,7 +110,8 @@ std::optional<CacheFile> parseCacheFile(std::string_view head, std::string* why)
   if (varyLen > kVaryMax) return refuse("Vary longer than NGINX stores");
   file.vary.assign(head.substr(kVaryAt, varyLen));
 
-  readTags(head.substr(headerStart, std::min(bodyStart, head.size()) - headerStart), file.tags);
+  readTags(head.substr(headerStart, std::min(bodyStart, head.size()) - headerStart), tagHeaders,
+           file.tags);
   return file;
 }
 

@@ -16,7 +16,7 @@ void Purger::close() {
 }
 
 void Purger::announce(std::string_view name, std::string_view path, uint64_t indexBytes,
-                      bool lostReports) {
+                      bool lostReports, std::vector<std::string> tagHeaders) {
   auto it = zones_.find(name);
   if (it != zones_.end()) {
     if (it->second.path != path) {
@@ -32,6 +32,7 @@ void Purger::announce(std::string_view name, std::string_view path, uint64_t ind
   }
   Zone& zone = zones_[std::string(name)];
   zone.path = path;
+  zone.tagHeaders = tagHeaders.empty() ? defaultTagHeaders() : std::move(tagHeaders);
   zone.indexBytes = indexBytes;
   zone.index = std::make_unique<ZoneIndex>(indexBytes);
   spdlog::info("zone {} at {}: building its variant index", name, path);
@@ -102,12 +103,13 @@ void Purger::startScan(const std::string& name, Zone& zone) {
   scan.purger = this;
   scan.zone = name;
   scan.path = zone.path;
+  scan.tagHeaders = zone.tagHeaders;
   zone.index->beginScan();
   uv_queue_work(
       loop_, &scan.work,
       [](uv_work_t* work) {
         auto* s = static_cast<Scan*>(work->data);
-        s->result = scanZone(s->path, s->progress);
+        s->result = scanZone(s->path, s->progress, s->tagHeaders);
       },
       [](uv_work_t* work, int) {
         auto* s = static_cast<Scan*>(work->data);

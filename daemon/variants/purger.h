@@ -47,9 +47,11 @@ class Purger {
   // A worker serves this zone.  The first announcement starts a scan that
   // builds its index, as NGINX's cache loader does after a restart.
   // lostReports: the worker dropped reports of files it stored (while esid
-  // was away, say), so the index of a known zone is in doubt.
+  // was away, say), so the index of a known zone is in doubt.  tagHeaders:
+  // the response headers that carry the zone's tags, for its scans (empty:
+  // defaultTagHeaders()).
   void announce(std::string_view zone, std::string_view path, uint64_t indexBytes,
-                bool lostReports);
+                bool lostReports, std::vector<std::string> tagHeaders = {});
 
   // A worker's connection that announced the zone ended with reports esid
   // could not read: the index is in doubt.
@@ -74,11 +76,13 @@ class Purger {
     Purger* purger;
     std::string zone;
     std::string path;
+    std::vector<std::string> tagHeaders;
     ScanProgress progress;
     ScanResult result;
   };
   struct Zone {
     std::string path;
+    std::vector<std::string> tagHeaders;
     uint64_t indexBytes = 0;
     std::unique_ptr<ZoneIndex> index;
     std::unique_ptr<Scan> scan;

@@ -46,6 +46,27 @@ TEST(CacheFile, FileWrittenByDebiansNginxParses) {
   EXPECT_EQ(md5ToHex(md5Of(file->key)), "e0b04e599bb05ad54f3e71b26677fed5");
 }
 
+TEST(CacheFile, EveryConventionsTagHeaderBecomesTagsByDefault) {
+  std::string why;
+  auto file = parseCacheFile(
+      cacheFile("/p", "Cache-Tag: cf-a,cf-b\r\nCache-Tags: node:1 node_list\r\n"
+                      "Purge-Cache-Tags: config:system\r\n"
+                      "X-Magento-Tags: store,cat_p_42,cat_c_7\r\nX-Other: no\r\n"),
+      &why);
+  ASSERT_TRUE(file) << why;
+  EXPECT_EQ(file->tags, (std::vector<std::string>{"cf-a", "cf-b", "node:1", "node_list",
+                                                  "config:system", "store", "cat_p_42",
+                                                  "cat_c_7"}));
+}
+
+TEST(CacheFile, OnlyTheConfiguredTagHeadersCount) {
+  std::string why;
+  auto file = parseCacheFile(cacheFile("/p", "Surrogate-Key: a\r\nX-Mine: b c\r\n"), &why,
+                             {"x-mine"});
+  ASSERT_TRUE(file) << why;
+  EXPECT_EQ(file->tags, (std::vector<std::string>{"b", "c"}));
+}
+
 TEST(CacheFile, SurrogateKeyAndXkeyBecomeTags) {
   std::string why;
   auto file = parseCacheFile(

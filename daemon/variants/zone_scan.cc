@@ -48,7 +48,8 @@ Md5 md5Of(std::string_view bytes) {
   return out;
 }
 
-ScanResult scanZone(const std::string& path, ScanProgress& progress) {
+ScanResult scanZone(const std::string& path, ScanProgress& progress,
+                    const std::vector<std::string>& tagHeaders) {
   namespace fs = std::filesystem;
   ScanResult result;
   std::error_code ec;
@@ -92,7 +93,7 @@ ScanResult scanZone(const std::string& path, ScanProgress& progress) {
       // Evicted between the listing and the read: nothing to index.
       continue;
     }
-    auto parsed = parseCacheFile(head, &why);
+    auto parsed = parseCacheFile(head, &why, tagHeaders);
     if (!parsed) {
       ++result.unreadable;
       continue;

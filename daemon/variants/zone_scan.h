@@ -30,7 +30,9 @@ struct ScanResult {
   std::string error;        // why not, when !complete
 };
 
-ScanResult scanZone(const std::string& path, ScanProgress& progress);
+// tagHeaders: the response headers whose values are the files' tags.
+ScanResult scanZone(const std::string& path, ScanProgress& progress,
+                    const std::vector<std::string>& tagHeaders = defaultTagHeaders());
 
 Md5 md5Of(std::string_view bytes);
 

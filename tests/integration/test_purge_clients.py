@@ -1,0 +1,200 @@
+"""Purges as the clients that send them really do, request for request:
+Magento 2 (PURGE / with X-Magento-Tags-Pattern, pages tagged with
+X-Magento-Tags), Drupal's purge_purger_http (BAN / with Cache-Tags),
+Varnish xkey (PURGE with xkey), FOSHttpCache (PURGEKEYS with xkey-purge
+and xkey-softpurge), Cloudflare-style Cache-Tag pages, and a purge of the
+whole zone; what is left on disk and what the next request gets."""
+
+from test_purge import PurgeTestCase
+
+# The methods those clients send, to the cached location, as a site moving
+# from Varnish would allow them.
+CLIENTS_LOCATION = """
+            proxy_cache_key $uri$is_args$args;
+            esi_cache_purge PURGE BAN PURGEKEYS from 127.0.0.1;
+"""
+
+# The separate-location form, whose key may be a bare "*".
+PURGE_LOCATION = """
+        location ~ ^/purge/(.*)$ {
+            allow 127.0.0.1;
+            deny all;
+            esi_cache_purge zone=pages key=$1;
+        }
+"""
+
+
+class ClientTestCase(PurgeTestCase):
+    LOCATION = CLIENTS_LOCATION
+    LOCATIONS = PURGE_LOCATION
+    PAGES = {}          # path -> response headers
+
+    def setUp(self):
+        super().setUp()
+        for path, headers in self.PAGES.items():
+            self.origin.route(path, "page " + path, headers=headers)
+
+    def store_all(self):
+        for path in self.PAGES:
+            self.assertEqual(self.cache_status(path), "MISS")
+            self.assertEqual(self.cache_status(path), "HIT")
+        self.assertEqual(len(self.cache_files()), len(self.PAGES))
+
+    def assertState(self, missed, hit):
+        """Each path of `missed` is gone (the next request a MISS), each of
+        `hit` still cached."""
+        self.assertEqual(len(self.cache_files()), len(hit))
+        for path in hit:
+            self.assertEqual(self.cache_status(path), "HIT", path)
+        for path in missed:
+            self.assertEqual(self.cache_status(path), "MISS", path)
+
+
+class MagentoTest(ClientTestCase):
+    """Magento\\CacheInvalidate\\Model\\PurgeCache: PURGE / with the tags as
+    "((^|,)TAG(,|$))" joined with "|"; ".*" flushes everything."""
+    PAGES = {
+        "/product/42": [("X-Magento-Tags", "store,cat_p_42,cat_c_7")],
+        "/category/7": [("X-Magento-Tags", "store,cat_c_7,cat_p_43")],
+        "/cms/home": [("X-Magento-Tags", "store,cms_p_1")],
+    }
+
+    def test_a_tag_pattern_purges_every_page_with_one_of_its_tags(self):
+        self.store_all()
+        r = self.purge("/", {"X-Magento-Tags-Pattern":
+                             "((^|,)cat_p_42(,|$))|((^|,)cat_p_43(,|$))"})
+        self.assertPurged(r, 200, "tag; count=2")
+        self.assertState(missed=["/product/42", "/category/7"],
+                         hit=["/cms/home"])
+
+    def test_a_tag_is_matched_whole_not_as_a_prefix(self):
+        self.store_all()
+        r = self.purge("/", {"X-Magento-Tags-Pattern": "((^|,)cat_p_4(,|$))"})
+        self.assertPurged(r, 200, "tag; count=0")
+        self.assertEqual(len(self.cache_files()), 3)
+
+    def test_the_flush_pattern_purges_the_whole_zone(self):
+        self.store_all()
+        r = self.purge("/", {"X-Magento-Tags-Pattern": ".*"})
+        self.assertPurged(r, 200, "all; count=3")
+        self.assertState(missed=list(self.PAGES), hit=[])
+
+    def test_another_pattern_is_refused_and_removes_nothing(self):
+        self.store_all()
+        for pattern in ("cat_p_.*", "((^|,)cat.p(,|$))", "((^|,)a(,|$))|",
+                        "(((^|,)a(,|$))"):
+            r = self.purge("/", {"X-Magento-Tags-Pattern": pattern})
+            self.assertEqual(r.status, 501, pattern)
+        self.assertEqual(len(self.cache_files()), 3)
+        self.assertIn("is not evaluated", self.error_log())
+
+
+class DrupalTest(ClientTestCase):
+    """purge_purger_http's tag invalidation: BAN / with the tags, space
+    separated, in Cache-Tags (or Purge-Cache-Tags); any 4xx is a failed
+    invalidation that Drupal retries."""
+    PAGES = {
+        "/node/1": [("Cache-Tags", "node:1 node_list config:system.site")],
+        "/node/2": [("Purge-Cache-Tags", "node:2 node_list")],
+        "/user/1": [("Cache-Tags", "user:1")],
+    }
+
+    def test_ban_by_cache_tags_purges_the_pages_that_carry_them(self):
+        self.store_all()
+        r = self.purge("/", {"Cache-Tags": "node_list"}, method="BAN")
+        self.assertPurged(r, 200, "tag; count=2")
+        self.assertState(missed=["/node/1", "/node/2"], hit=["/user/1"])
+
+    def test_a_tag_nothing_carries_is_not_an_error(self):
+        self.store_all()
+        r = self.purge("/", {"Purge-Cache-Tags": "node:99"}, method="BAN")
+        self.assertPurged(r, 200, "tag; count=0")
+        self.assertEqual(len(self.cache_files()), 3)
+
+
+class XkeyTest(ClientTestCase):
+    """varnish-modules xkey (PURGE with xkey:) and FOSHttpCache (PURGEKEYS
+    with xkey-purge: or xkey-softpurge:, a soft purge carried out as a
+    purge); Cloudflare-style pages tag with Cache-Tag, commas."""
+    # room for a header of 10,000 tags (about 60 KB)
+    SERVER = "large_client_header_buffers 4 128k;"
+    PAGES = {
+        "/a": [("xkey", "k1 k2")],
+        "/b": [("Cache-Tag", "k2,k3")],
+        "/c": [("Surrogate-Key", "k4")],
+    }
+
+    def test_purge_with_xkey(self):
+        self.store_all()
+        self.assertPurged(self.purge("/", {"xkey": "k1"}), 200,
+                          "tag; count=1")
+        self.assertState(missed=["/a"], hit=["/b", "/c"])
+
+    def test_purgekeys_with_xkey_purge_and_several_keys(self):
+        self.store_all()
+        r = self.purge("/", {"xkey-purge": "k3 k4"}, method="PURGEKEYS")
+        self.assertPurged(r, 200, "tag; count=2")
+        self.assertState(missed=["/b", "/c"], hit=["/a"])
+
+    def test_a_soft_purge_leaves_nothing_of_the_objects(self):
+        self.store_all()
+        r = self.purge("/", {"xkey-softpurge": "k2"}, method="PURGEKEYS")
+        self.assertPurged(r, 200, "tag; count=2")
+        self.assertState(missed=["/a", "/b"], hit=["/c"])
+
+    def test_ten_thousand_tags_none_cached(self):
+        self.store_all()
+        tags = " ".join("t%d" % i for i in range(10000))
+        r = self.purge("/", {"xkey-purge": tags}, method="PURGEKEYS")
+        self.assertPurged(r, 200, "tag; count=0")
+        self.assertEqual(len(self.cache_files()), 3)
+
+    def test_a_tag_header_without_a_tag_is_400(self):
+        self.store_all()
+        r = self.purge("/", {"xkey": " , "})
+        self.assertEqual(r.status, 400)
+        self.assertEqual(len(self.cache_files()), 3)
+
+    def test_other_methods_still_reach_the_origin(self):
+        self.store_all()
+        r = self.fetch("/a", method="DELETE")
+        self.assertTrue(r.complete)
+        self.assertEqual(len(self.cache_files()), 3)
+
+
+class PurgeAllTest(ClientTestCase):
+    """A bare "*" key: every object of the zone (ngx_cache_purge's
+    purge_all)."""
+    PAGES = {"/x": [], "/y/1": [], "/z?q=1": []}
+
+    def test_a_bare_star_purges_every_object(self):
+        self.store_all()
+        r = self.purge("/purge/*", method="GET")
+        self.assertPurged(r, 200, "all; count=3")
+        self.assertState(missed=list(self.PAGES), hit=[])
+
+    def test_a_zone_with_nothing_in_it(self):
+        r = self.purge("/purge/*", method="GET")
+        self.assertPurged(r, 200, "all; count=0")
+
+
+class TagHeadersTest(ClientTestCase):
+    """esi_purge_tag_headers replaces the list, for the worker's reports and
+    for esid's scans alike (a restarted esid reads the zone again)."""
+    HTTP = "esi_purge_tag_headers X-Mine;"
+    PAGES = {"/m": [("X-Mine", "mine")],
+             "/s": [("Surrogate-Key", "mine")]}
+
+    def test_only_the_configured_headers_tag_objects(self):
+        self.store_all()
+        self.assertPurged(self.purge("/", {"X-Mine": "mine"}), 200,
+                          "tag; count=1")
+        self.assertState(missed=["/m"], hit=["/s"])
+
+    def test_esids_scan_reads_the_configured_headers(self):
+        self.store_all()
+        self.esid.stop()
+        self.start_esid()
+        self.assertPurged(self.purge("/", {"X-Mine": "mine"}), 200,
+                          "tag; count=1")
+        self.assertState(missed=["/m"], hit=["/s"])
