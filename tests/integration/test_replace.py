@@ -158,7 +158,9 @@ class ReplaceReusingTest(ReplaceAskingTest):
         self.page("/p", True, "MISS")
         for _ in range(2):                       # records, then kept
             self.page("/p", True)
-        self.assertEqual(self.stats_json()["segment_pins"], 1)
+        # the copy's count (the request's goes once the worker ended it)
+        self.assertTrue(poll(lambda: self.stats_json()["segment_pins"] == 1,
+                             bound=10.0), "the copy holds no pin")
         r = self.fetch("/p", method="PURGE")
         self.assertEqual(r.status, 200, r.body)
         # the copy would hold its pin for the hour it may be replayed
