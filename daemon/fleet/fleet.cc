@@ -70,7 +70,11 @@ Fleet::Fleet(uv_loop_t* loop, FleetOptions options, Apply apply, Zones zones)
       reader_(loop, options_.redis, "fleet reader",
               {[this] { readNext(); }, [this] { reading_ = waiting_ = false; }}),
       writer_(loop, options_.redis, "fleet writer",
-              {[this] { flush(); }, [this] { queue_.putBack(std::exchange(unanswered_, {})); }}),
+              {[this] {
+                 heartbeat();  // listed among the nodes at once
+                 flush();
+               },
+               [this] { queue_.putBack(std::exchange(unanswered_, {})); }}),
       heartbeat_(new uv_timer_t), saveTimer_(new uv_timer_t), queue_(options_.queueLimit) {
   uv_timer_init(loop_, heartbeat_);
   uv_timer_init(loop_, saveTimer_);
