@@ -2,7 +2,8 @@
 # Install every build and test dependency from Debian 12's own packages.
 # Idempotent: runs apt-get only for packages that are missing.  Run as root.
 #
-# nginx's postinst starts the system nginx on port 80 where it can; we do not
+# nginx's postinst starts the system nginx on port 80 where it can (and
+# redis-server's a system Redis); we do not
 # want that (the tests and the demo run their own nginx), so services are kept
 # from starting during the install, and a system nginx that this script
 # started anyway is stopped again.
@@ -17,6 +18,7 @@ packages=(
     clang libclang-rt-14-dev llvm-14
     systemd
     debhelper dpkg-dev lintian rpm wrk
+    redis-server libhiredis-dev
 )
 
 missing=()

@@ -187,6 +187,13 @@ struct Purged {
   more @3 :Bool;
   # Another Purged for the same purge follows: a long list is split so that
   # each message fits the ring.
+  fleet @4 :Text;
+  # What became of the purge in esid's fleet (esid(8), Fleet): "" when esid
+  # has no fleet (or the purge carries out a fleet entry), "published" when
+  # its entry was handed to a live Redis connection, "pending" when it waits
+  # in esid's queue for Redis to come back, "refused" when it cannot go on
+  # the stream (a zone or key outside the fleet's limits).  The same in
+  # every Purged of one purge.
 }
 
 struct Plan {

@@ -35,7 +35,11 @@ void Control::handle(std::string_view command, const PeerCredentials& peer,
   }
   if (command.substr(0, 6) == "purge ") {
     spdlog::info("control: uid {} (pid {}) asks: {}", peer.uid, peer.pid, command);
-    purge(command.substr(6), answer);
+    purge(command.substr(6), false, answer);
+    return;
+  }
+  if (command == "fleet" || command.substr(0, 6) == "fleet ") {
+    fleet(command.substr(std::min<size_t>(command.size(), 6)), answer);
     return;
   }
   answer(query(command));
@@ -45,6 +49,7 @@ ControlAnswer Control::query(std::string_view command) const {
   if (command == "stats") {
     nlohmann::json stats = stats_.toJson();
     stats.update(arena_.stats());
+    if (fleet_ != nullptr) stats.update(fleet_->stats());
     return {true, stats.dump()};
   }
   if (command == "zones") {
@@ -80,8 +85,34 @@ ControlAnswer Control::plans(std::string_view zone) const {
   return {true, answer.dump()};
 }
 
+// "fleet": this node and the fleet's; "fleet acks UID": who applied a
+// purge; "fleet purge ZONE KIND VALUE": a purge every node acknowledges.
+void Control::fleet(std::string_view args, const ControlAnswerFn& answer) {
+  if (fleet_ == nullptr) {
+    answer({false, "esid has no fleet (see fleet in esid(8))"});
+    return;
+  }
+  const auto [word, rest] = firstWord(args);
+  if (word.empty()) {
+    fleet_->describe([answer](const nlohmann::json& out) { answer({true, out.dump()}); });
+  } else if (word == "acks" && !rest.empty()) {
+    fleet_->acks(std::string(rest), [answer](const nlohmann::json& out) {
+      if (out.contains("error")) {
+        answer({false, out["error"].get<std::string>()});
+      } else {
+        answer({true, out.dump()});
+      }
+    });
+  } else if (word == "purge") {
+    spdlog::info("control: fleet purge {}", rest);
+    purge(rest, true, answer);
+  } else {
+    answer({false, "usage: fleet | fleet acks UID | fleet purge ZONE key|prefix|tag VALUE"});
+  }
+}
+
 // "purge ZONE key|prefix|tag VALUE": VALUE is the rest of the line.
-void Control::purge(std::string_view args, const ControlAnswerFn& answer) {
+void Control::purge(std::string_view args, bool askAcks, const ControlAnswerFn& answer) {
   const auto [zone, rest] = firstWord(args);
   const auto [kind, value] = firstWord(rest);
   PurgeQuery query;
@@ -109,8 +140,10 @@ void Control::purge(std::string_view args, const ControlAnswerFn& answer) {
     }
     result["count"] = outcome.count;
     result["scanned"] = outcome.scanned;
+    result["fleet"] = outcome.fleet.status;
+    result["fleet_uid"] = outcome.fleet.uid;
     answer({true, result.dump()});
-  });
+  }, PurgeOrderOptions{false, askAcks});
 }
 
 }  // namespace esi

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "engine/stats.h"
+#include "fleet/fleet.h"
 #include "plans/plan_store.h"
 #include "segments/segment_arena.h"
 #include "transport/purge_orders.h"
@@ -33,11 +34,16 @@ class Control {
   // only root and esid's own user.
   void allowGroup(std::optional<gid_t> group) { group_ = group; }
 
+  // esid's fleet, if it has one: `esictl fleet`, its counters in stats, and
+  // purges whose nodes acknowledge.
+  void setFleet(Fleet* fleet) { fleet_ = fleet; }
+
  private:
   bool allowed(const PeerCredentials& peer) const;
   ControlAnswer query(std::string_view command) const;
   ControlAnswer plans(std::string_view zone) const;
-  void purge(std::string_view args, const ControlAnswerFn& answer);
+  void purge(std::string_view args, bool askAcks, const ControlAnswerFn& answer);
+  void fleet(std::string_view args, const ControlAnswerFn& answer);
 
   const Stats& stats_;
   const Purger& purger_;
@@ -46,6 +52,7 @@ class Control {
   const SegmentArena& arena_;
   const uid_t owner_;  // besides root, the only user allowed...
   std::optional<gid_t> group_;  // ...but for this group's members
+  Fleet* fleet_ = nullptr;
 };
 
 }  // namespace esi

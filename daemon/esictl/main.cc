@@ -204,6 +204,27 @@ constexpr Metric kMetrics[] = {
      "Requests and plan copies of living workers that may send segments."},
     {"segment_retired_pin_tables", "segment_retired_pin_tables", "gauge",
      "Pin tables of closed connections whose workers still send segments."},
+    {"fleet_connected", "fleet_connected", "gauge", "1 while both connections to Redis are up."},
+    {"fleet_published", "fleet_published_total", "counter",
+     "Purges carried out here and appended to the fleet's stream."},
+    {"fleet_pending", "fleet_pending", "gauge",
+     "Purges carried out here waiting to be appended (Redis away)."},
+    {"fleet_applied", "fleet_applied_total", "counter", "Other nodes' purges carried out here."},
+    {"fleet_own", "fleet_own_entries_total", "counter", "Entries of this node's read back."},
+    {"fleet_skipped", "fleet_skipped_total", "counter",
+     "Stream entries skipped: not a purge, or a zone no worker here serves."},
+    {"fleet_failed", "fleet_failed_total", "counter", "Entries whose purge failed every attempt."},
+    {"fleet_refused", "fleet_refused_total", "counter",
+     "Purges not published: outside the stream's limits."},
+    {"fleet_dropped", "fleet_dropped_total", "counter",
+     "Purges dropped from the full queue while Redis was away."},
+    {"fleet_gaps", "fleet_gaps_total", "counter",
+     "Times this node found entries it needed trimmed from the stream."},
+    {"fleet_lost", "fleet_lost_entries_total", "counter", "Entries lost in those gaps."},
+    {"fleet_lag_entries", "fleet_lag_entries", "gauge",
+     "Entries on the stream this node has not applied yet."},
+    {"fleet_lag_ms", "fleet_lag_milliseconds", "gauge",
+     "Stream time between the newest entry and the last applied here."},
 };
 
 // Prometheus text exposition format 0.0.4.  Keys esictl does not know yet
@@ -577,11 +598,15 @@ class ScanProgressBar {
 
 // Has a live NGINX worker purge a key (with every Vary variant), a prefix or
 // a tag, exactly as an HTTP purge would: esid relays the order.
+// With fleet, says what became of the purge in esid's fleet; with wait > 0,
+// then prints each node's count as it applies it, until every node seen
+// recently has, or wait seconds pass (exit 1, naming the nodes missing).
 int purge(const std::string& socketPath, const std::string& zone, const std::string& kind,
-          const std::string& value, bool json) {
+          const std::string& value, bool json, bool fleet, double wait) {
   ScanProgressBar bar(socketPath, zone);
-  const nlohmann::json body =
-      ask(socketPath, "purge " + zone + " " + kind + " " + value, [&bar] { bar.update(); });
+  const std::string command = std::string(fleet && wait > 0 ? "fleet purge " : "purge ") + zone +
+                              " " + kind + " " + value;
+  const nlohmann::json body = ask(socketPath, command, [&bar] { bar.update(); });
   if (json) {
     std::printf("%s\n", body.dump().c_str());
     return 0;
@@ -590,6 +615,76 @@ int purge(const std::string& socketPath, const std::string& zone, const std::str
   std::printf("%s purge of \"%s\" in %s: %llu file(s) removed, %s\n", what, value.c_str(),
               zone.c_str(), body["count"].get<unsigned long long>(),
               body["scanned"].get<bool>() ? "zone directory read" : "via variant index");
+  if (!fleet) return 0;
+  const std::string status = body.value("fleet", "");
+  std::printf("fleet: %s\n", status.empty() ? "none (esid has no fleet)" : status.c_str());
+  std::fflush(stdout);
+  const std::string uid = body.value("fleet_uid", "");
+  if (wait <= 0 || uid.empty()) return status.empty() || status == "refused" ? 1 : 0;
+
+  std::vector<std::string> expected;
+  const nlohmann::json nodes = ask(socketPath, "fleet")["nodes"];
+  for (const auto& node : nodes) {
+    if (node.value("recent", false)) expected.push_back(node.value("node", ""));
+  }
+  std::vector<std::string> seen;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(wait * 1000));
+  for (;;) {
+    const nlohmann::json acks = ask(socketPath, "fleet acks " + uid)["acks"];
+    for (const auto& [node, count] : acks.items()) {
+      if (std::find(seen.begin(), seen.end(), node) != seen.end()) continue;
+      seen.push_back(node);
+      std::printf("%s: %s file(s)\n", node.c_str(), count.get<std::string>().c_str());
+      std::fflush(stdout);
+    }
+    std::vector<std::string> missing;
+    for (const std::string& node : expected) {
+      if (std::find(seen.begin(), seen.end(), node) == seen.end()) missing.push_back(node);
+    }
+    if (missing.empty()) return 0;
+    if (Clock::now() >= deadline) {
+      std::string names;
+      for (const std::string& node : missing) names += " " + node;
+      std::printf("not applied within %g s by:%s\n", wait, names.c_str());
+      return 1;
+    }
+    poll(nullptr, 0, 100);
+  }
+}
+
+// The fleet as esid sees it: this node, and each node's last heartbeat.
+int fleet(const std::string& socketPath, bool json) {
+  const nlohmann::json body = ask(socketPath, "fleet");
+  if (json) {
+    std::printf("%s\n", body.dump().c_str());
+    return 0;
+  }
+  const nlohmann::json& stats = body["stats"];
+  std::printf("node %s on %s of %s: %s, last applied %s, lag %llu entries, %llu pending, "
+              "%llu gap(s)\n",
+              body.value("node", "").c_str(), body.value("stream", "").c_str(),
+              body.value("redis", "").c_str(),
+              body.value("connected", false) ? "connected" : "Redis unreachable",
+              body.value("last", "").c_str(), stats.value("fleet_lag_entries", 0ULL),
+              stats.value("fleet_pending", 0ULL), stats.value("fleet_gaps", 0ULL));
+  if (!body.value("last_gap", "").empty()) {
+    std::printf("purges lost: %s\n", body.value("last_gap", "").c_str());
+  }
+  if (body.contains("stream_entries")) {
+    std::printf("stream: %llu entries kept of %llu added, last %s\n",
+                body.value("stream_entries", 0ULL), body.value("stream_entries_added", 0ULL),
+                body.value("stream_last", "").c_str());
+  }
+  std::printf("%-24s %-22s %12s %10s %9s %7s %s\n", "NODE", "LAST APPLIED", "LAG ENTRIES",
+              "APPLIED", "PENDING", "GAPS", "SEEN");
+  for (const auto& node : body["nodes"]) {
+    const unsigned long long ago = node.value("seen_ms_ago", 0ULL);
+    std::printf("%-24s %-22s %12llu %10llu %9llu %7llu %s\n", node.value("node", "").c_str(),
+                node.value("last", "").c_str(), node.value("lag_entries", 0ULL),
+                node.value("applied", 0ULL), node.value("pending", 0ULL),
+                node.value("gaps", 0ULL),
+                node.value("recent", false) ? "now" : (std::to_string(ago / 1000) + " s ago").c_str());
+  }
   return 0;
 }
 
@@ -652,6 +747,18 @@ int main(int argc, char** argv) try {
   purgeCommand->add_flag("--tag", purgeTag, "Purge every object tagged KEY (Surrogate-Key, xkey)")
       ->excludes(prefixFlag);
   purgeCommand->add_flag("--json", purgeJson, "Print one JSON object");
+  bool purgeFleet = false;
+  double purgeWait = 0;
+  auto* fleetFlag = purgeCommand->add_flag(
+      "--fleet", purgeFleet, "Say whether the purge went out to esid's fleet (published, pending)");
+  purgeCommand->add_option("--wait", purgeWait,
+                           "With --fleet: wait up to SECONDS for every node to apply it, "
+                           "printing each node's count")
+      ->needs(fleetFlag);
+  auto* fleetCommand = app.add_subcommand(
+      "fleet", "The fleet: this node's place on the stream, and every node's");
+  bool fleetJson = false;
+  fleetCommand->add_flag("--json", fleetJson, "Print one JSON object");
   CLI11_PARSE(app, argc, argv);
 
   if (*statsCommand) return stats(socketPath, json, prometheus);
@@ -660,8 +767,9 @@ int main(int argc, char** argv) try {
   if (*plansCommand) return plans(socketPath, plansZone, plansJson);
   if (*purgeCommand) {
     return purge(socketPath, purgeZone, purgeTag ? "tag" : purgePrefix ? "prefix" : "key",
-                 purgeValue, purgeJson);
+                 purgeValue, purgeJson, purgeFleet, purgeWait);
   }
+  if (*fleetCommand) return fleet(socketPath, fleetJson);
   if (*topCommand) return top(socketPath, once ? 1 : iterations, interval);
   return 1;
 } catch (const std::exception& e) {

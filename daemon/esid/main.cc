@@ -2,6 +2,8 @@
 // them lives in its own library.
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "engine/stats.h"
 #include "esid/logging.h"
 #include "esid/settings.h"
+#include "fleet/fleet.h"
 #include "plans/plan_store.h"
 #include "segments/segment_arena.h"
 #include "transport/server.h"
@@ -48,6 +51,7 @@ struct Signals {
   uv_signal_t interrupt;
   uv_signal_t hangup;
   esi::Purger* purger;
+  esi::Fleet* fleet = nullptr;
 };
 
 void onStop(uv_signal_t* handle, int signum) {
@@ -56,6 +60,7 @@ void onStop(uv_signal_t* handle, int signum) {
   server->close();
   auto* signals = reinterpret_cast<Signals*>(handle->loop->data);
   signals->purger->close();
+  if (signals->fleet != nullptr) signals->fleet->stop();
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->term), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->interrupt), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->hangup), nullptr);
@@ -87,6 +92,45 @@ void logOverrides(const esi::SettingsLayer& file, const esi::SettingsLayer& comm
   if (file.controlGroup && commandLine.controlGroup) {
     spdlog::info("--control-group overrides control_group in the config file");
   }
+  if (file.fleet && commandLine.fleet) {
+    spdlog::info("--fleet overrides fleet in the config file");
+  }
+  if (file.fleetNode && commandLine.fleetNode) {
+    spdlog::info("--fleet-node overrides fleet_node in the config file");
+  }
+  if (file.stateDir && commandLine.stateDir) {
+    spdlog::info("--state-dir overrides state_dir in the config file");
+  }
+}
+
+// The fleet's options from the settings; nullopt without a fleet.  Throws
+// std::invalid_argument saying what is wrong.
+std::optional<esi::FleetOptions> fleetOptions(const esi::Settings& settings) {
+  const esi::FleetSettings& fleet = settings.fleet;
+  if (fleet.url.empty()) return std::nullopt;
+  esi::FleetOptions options;
+  options.redis = esi::parseRedisUrl(fleet.url);
+  options.redis.user = fleet.user;
+  options.redis.password = fleet.password;
+  options.node = fleet.node;
+  if (options.node.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    options.node = host;
+  }
+  if (!esi::validNodeName(options.node)) {
+    throw std::invalid_argument("fleet_node \"" + options.node +
+                                "\": 1 to 255 letters, digits and .-_: please");
+  }
+  if (fleet.stream.empty() || fleet.stream.size() > 200) {
+    throw std::invalid_argument("fleet_stream: 1 to 200 bytes");
+  }
+  options.stream = fleet.stream;
+  options.stateDir = fleet.stateDir;
+  options.onGap = fleet.onGap == "log" ? esi::GapAction::kLog : esi::GapAction::kPurgeAll;
+  options.maxEntries = fleet.maxEntries;
+  options.queueLimit = fleet.queue;
+  return options;
 }
 
 // SIGHUP: re-reads the config file and applies what changed.  Running streams
@@ -123,6 +167,11 @@ void onHangup(uv_signal_t* handle, int) {
                  "still {} bytes", reload->current.segmentArena);
     next.segmentArena = reload->current.segmentArena;
   }
+  if (next.fleet != reload->current.fleet) {
+    spdlog::warn("SIGHUP: the fleet's settings (fleet, fleet_*, state_dir) change only when "
+                 "esid restarts");
+    next.fleet = reload->current.fleet;
+  }
   const auto changes = esi::describeChanges(reload->current, next);
   if (changes.empty()) {
     spdlog::info("SIGHUP: {} re-read, nothing changed", reload->configPath);
@@ -151,7 +200,7 @@ void onHangup(uv_signal_t* handle, int) {
 int main(int argc, char** argv) try {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
   std::string configPath, socketPath, socketGroup, socketMode, ringSize, segmentArena, planStore,
-      level, group;
+      level, group, fleetUrl, fleetNode, stateDir;
   bool checkOnly = false;
   app.add_option("--config", configPath,
                  "Settings file (key = value), re-read on SIGHUP; flags override it")
@@ -185,6 +234,16 @@ int main(int argc, char** argv) try {
   auto* groupOption = app.add_option(
       "--control-group", group,
       "Members of this group may use esictl, besides root and esid's own user");
+  auto* fleetOption = app.add_option(
+      "--fleet", fleetUrl,
+      "Share purges with every esid of the fleet through this Redis: redis://host:port/db "
+      "(credentials only in the settings file: fleet_user, fleet_password)");
+  auto* fleetNodeOption = app.add_option(
+      "--fleet-node", fleetNode, "This node's name in the fleet [default: the host name]");
+  auto* stateDirOption = app.add_option(
+      "--state-dir", stateDir,
+      "Where esid keeps what must survive it: its position on the fleet's stream "
+      "[default: /var/lib/esid]");
   app.add_flag("--check-config", checkOnly, "Check the settings, print them and exit");
   app.set_version_flag("--version", "esid " ESI_VERSION);
   CLI11_PARSE(app, argc, argv);
@@ -209,16 +268,31 @@ int main(int argc, char** argv) try {
       esi::parseGroup(group);
       commandLine.controlGroup = group;
     }
+    if (fleetOption->count() > 0) {
+      esi::parseRedisUrl(fleetUrl);  // refuses credentials on the command line
+      commandLine.fleet = fleetUrl;
+    }
+    if (fleetNodeOption->count() > 0) commandLine.fleetNode = fleetNode;
+    if (stateDirOption->count() > 0) commandLine.stateDir = stateDir;
     if (!configPath.empty()) file = esi::readSettingsFile(configPath);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "esid: %s\n", e.what());
     return 2;
   }
   const esi::Settings settings = esi::Settings::resolve(file, commandLine);
+  std::optional<esi::FleetOptions> fleetSettings;
+  try {
+    fleetSettings = fleetOptions(settings);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "esid: %s\n", e.what());
+    return 2;
+  }
   if (checkOnly) {
     std::printf("socket = %s\nsocket_group = %s\nsocket_mode = %s\nring_size = %u\n"
                 "segment_arena = %llu\nplan_store = %llu\nlog_level = %s\n"
-                "control_group = %s\n",
+                "control_group = %s\nfleet = %s\nfleet_node = %s\nfleet_stream = %s\n"
+                "fleet_user = %s\nfleet_password = %s\nfleet_on_gap = %s\n"
+                "fleet_max_entries = %llu\nfleet_queue = %llu\nstate_dir = %s\n",
                 settings.socketPath.c_str(),
                 settings.socketGroup.empty() ? "(none)" : settings.socketGroup.c_str(),
                 esi::socketModeName(settings.socketMode.value_or(esi::kDefaultSocketMode)).c_str(),
@@ -226,12 +300,27 @@ int main(int argc, char** argv) try {
                 static_cast<unsigned long long>(settings.segmentArena),
                 static_cast<unsigned long long>(settings.planStore),
                 esi::logLevelName(settings.logLevel).c_str(),
-                settings.controlGroup.empty() ? "(none)" : settings.controlGroup.c_str());
+                settings.controlGroup.empty() ? "(none)" : settings.controlGroup.c_str(),
+                fleetSettings ? fleetSettings->redis.text().c_str() : "(none)",
+                fleetSettings ? fleetSettings->node.c_str() : "(none)",
+                settings.fleet.stream.c_str(),
+                settings.fleet.user.empty() ? "(none)" : settings.fleet.user.c_str(),
+                settings.fleet.password.empty() ? "(none)" : "(set)",
+                settings.fleet.onGap.c_str(),
+                static_cast<unsigned long long>(settings.fleet.maxEntries),
+                static_cast<unsigned long long>(settings.fleet.queue),
+                settings.fleet.stateDir.c_str());
     return 0;
   }
 
   esi::setUpLogging(settings.logLevel);
   logOverrides(file, commandLine);
+  struct stat configStat;
+  if (!settings.fleet.password.empty() && stat(configPath.c_str(), &configStat) == 0 &&
+      (configStat.st_mode & S_IROTH) != 0) {
+    spdlog::warn("{} holds fleet_password and every local user may read it: chmod o-r it",
+                 configPath);
+  }
   signal(SIGPIPE, SIG_IGN);
 
   esi::ServerOptions options;
@@ -269,11 +358,30 @@ int main(int argc, char** argv) try {
                                 const esi::ControlAnswerFn& answer) {
                        control.handle(command, peer, answer);
                      });
+  std::optional<esi::Fleet> fleet;
+  if (fleetSettings) {
+    fleet.emplace(
+        loop, *fleetSettings,
+        [&orders](const esi::PurgeQuery& query, esi::Fleet::Applied done) {
+          orders.order(query,
+                       [done](const esi::PurgeOrderOutcome& o) { done(o.count, o.error); },
+                       esi::PurgeOrderOptions{true, false});
+        },
+        [&orders] { return orders.zones(); });
+    orders.onServes([&fleet] { fleet->workersChanged(); });
+    server.setPurgeFeed([&fleet](const esi::PurgeQuery& query, const esi::PurgeOutcome& outcome,
+                                 bool askAcks) {
+      const esi::Publication p = fleet->published(query, outcome.files.size(), askAcks);
+      return esi::FleetNote{p.status, p.uid};
+    });
+    control.setFleet(&*fleet);
+  }
   // Before the socket listens: a client that connects may stop esid at once
   // (systemd, a test), and the default action would kill it.
   Reload reload{configPath, commandLine, settings, &server, &control, &plans};
   Signals signals;
   signals.purger = &purger;
+  signals.fleet = fleet ? &*fleet : nullptr;
   loop->data = &signals;
   for (uv_signal_t* handle : {&signals.term, &signals.interrupt, &signals.hangup}) {
     uv_signal_init(loop, handle);
@@ -286,9 +394,15 @@ int main(int argc, char** argv) try {
 
   try {
     server.listen();
+    if (fleet) fleet->start();
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());
     return 1;
+  }
+  if (fleet) {
+    spdlog::info("fleet: node {} on {} of {} (fleet_on_gap = {}, state in {})",
+                 fleetSettings->node, fleetSettings->stream, fleetSettings->redis.text(),
+                 settings.fleet.onGap, settings.fleet.stateDir);
   }
 
   spdlog::info("esid {} listening on {} (ring size {}, segment arena {}, plan store {}, "

@@ -190,3 +190,42 @@ TEST(Settings, ChangesAreDescribedOnePerLine) {
 
 }  // namespace
 }  // namespace esi
+
+namespace esi {
+namespace {
+
+TEST(SettingsFile, FleetKeysAreReadAndTheCommandLineWins) {
+  const SettingsLayer file = parseSettingsFile(
+      "fleet = redis://10.0.0.5:6379/1\nfleet_node = web-1\nfleet_password = s3cret\n"
+      "fleet_user = esid\nfleet_on_gap = log\nfleet_max_entries = 5000\nfleet_queue = 20\n"
+      "fleet_stream = site:purges\nstate_dir = /srv/esid\n",
+      "f");
+  SettingsLayer commandLine;
+  commandLine.fleetNode = "web-2";
+  const Settings s = Settings::resolve(file, commandLine);
+  EXPECT_EQ(s.fleet.url, "redis://10.0.0.5:6379/1");
+  EXPECT_EQ(s.fleet.node, "web-2");
+  EXPECT_EQ(s.fleet.password, "s3cret");
+  EXPECT_EQ(s.fleet.user, "esid");
+  EXPECT_EQ(s.fleet.onGap, "log");
+  EXPECT_EQ(s.fleet.maxEntries, 5000u);
+  EXPECT_EQ(s.fleet.queue, 20u);
+  EXPECT_EQ(s.fleet.stream, "site:purges");
+  EXPECT_EQ(s.fleet.stateDir, "/srv/esid");
+  EXPECT_EQ(Settings::resolve({}, {}).fleet.onGap, "purge_all");
+}
+
+TEST(SettingsFile, BadFleetValuesAreRefusedAndAPasswordIsNeverShown) {
+  EXPECT_THROW(parseSettingsFile("fleet_on_gap = shrug\n", "f"), std::invalid_argument);
+  EXPECT_THROW(parseSettingsFile("fleet_queue = 0\n", "f"), std::invalid_argument);
+  EXPECT_THROW(parseSettingsFile("fleet_max_entries = many\n", "f"), std::invalid_argument);
+  EXPECT_THROW(parseSettingsFile("state_dir = relative\n", "f"), std::invalid_argument);
+  Settings before, after;
+  after.fleet.password = "s3cret";
+  const auto changes = describeChanges(before, after);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0], "fleet_password changed");
+}
+
+}  // namespace
+}  // namespace esi

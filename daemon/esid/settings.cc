@@ -87,6 +87,16 @@ Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& comma
     if (layer->planStore) s.planStore = *layer->planStore;
     if (layer->logLevel) s.logLevel = *layer->logLevel;
     if (layer->controlGroup) s.controlGroup = *layer->controlGroup;
+    FleetSettings& f = s.fleet;
+    if (layer->fleet) f.url = *layer->fleet;
+    if (layer->fleetNode) f.node = *layer->fleetNode;
+    if (layer->fleetStream) f.stream = *layer->fleetStream;
+    if (layer->fleetUser) f.user = *layer->fleetUser;
+    if (layer->fleetPassword) f.password = *layer->fleetPassword;
+    if (layer->fleetOnGap) f.onGap = *layer->fleetOnGap;
+    if (layer->fleetMaxEntries) f.maxEntries = *layer->fleetMaxEntries;
+    if (layer->fleetQueue) f.queue = *layer->fleetQueue;
+    if (layer->stateDir) f.stateDir = *layer->stateDir;
   }
   return s;
 }
@@ -162,6 +172,28 @@ spdlog::level::level_enum parseLogLevel(std::string_view text) {
                               "critical, off");
 }
 
+std::string parseGapAction(std::string_view text) {
+  text = trim(text);
+  if (text != "purge_all" && text != "log") {
+    throw std::invalid_argument("fleet_on_gap \"" + std::string(text) +
+                                "\" is not purge_all or log");
+  }
+  return std::string(text);
+}
+
+uint64_t parseCount(std::string_view text, std::string_view what, uint64_t low, uint64_t high) {
+  text = trim(text);
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value < low ||
+      value > high) {
+    throw std::invalid_argument(std::string(what) + " \"" + std::string(text) +
+                                "\" is not a number from " + std::to_string(low) + " to " +
+                                std::to_string(high));
+  }
+  return value;
+}
+
 gid_t parseGroup(std::string_view text) {
   const std::string name(trim(text));
   const auto named = findGroup([&](group* g, char* buf, size_t size, group** found) {
@@ -221,10 +253,31 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
       } else if (key == "control_group") {
         parseGroup(value);
         layer.controlGroup = std::string(value);
+      } else if (key == "fleet") {
+        layer.fleet = std::string(value);
+      } else if (key == "fleet_node") {
+        layer.fleetNode = std::string(value);
+      } else if (key == "fleet_stream") {
+        layer.fleetStream = std::string(value);
+      } else if (key == "fleet_user") {
+        layer.fleetUser = std::string(value);
+      } else if (key == "fleet_password") {
+        layer.fleetPassword = std::string(value);
+      } else if (key == "fleet_on_gap") {
+        layer.fleetOnGap = parseGapAction(value);
+      } else if (key == "fleet_max_entries") {
+        layer.fleetMaxEntries = parseCount(value, "fleet_max_entries", 100, uint64_t{1} << 32);
+      } else if (key == "fleet_queue") {
+        layer.fleetQueue = parseCount(value, "fleet_queue", 1, uint64_t{1} << 24);
+      } else if (key == "state_dir") {
+        if (value.front() != '/') throw std::invalid_argument("state_dir must be an absolute path");
+        layer.stateDir = std::string(value);
       } else {
         throw std::invalid_argument("unknown key \"" + std::string(key) +
                                     "\" (known: socket, socket_group, socket_mode, ring_size, "
-                                    "segment_arena, plan_store, log_level, control_group)");
+                                    "segment_arena, plan_store, log_level, control_group, fleet, "
+                                    "fleet_node, fleet_stream, fleet_user, fleet_password, "
+                                    "fleet_on_gap, fleet_max_entries, fleet_queue, state_dir)");
       }
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where() + e.what());
@@ -273,6 +326,23 @@ std::vector<std::string> describeChanges(const Settings& before, const Settings&
     changes.push_back("log_level: " + logLevelName(before.logLevel) + " -> " +
                       logLevelName(after.logLevel));
   }
+  const auto text = [&](std::string_view name, const std::string& a, const std::string& b) {
+    if (a != b) {
+      changes.push_back(std::string(name) + ": " + (a.empty() ? "(none)" : a) + " -> " +
+                        (b.empty() ? "(none)" : b));
+    }
+  };
+  const FleetSettings& a = before.fleet;
+  const FleetSettings& b = after.fleet;
+  text("fleet", a.url, b.url);
+  text("fleet_node", a.node, b.node);
+  text("fleet_stream", a.stream, b.stream);
+  text("fleet_user", a.user, b.user);
+  if (a.password != b.password) changes.push_back("fleet_password changed");
+  text("fleet_on_gap", a.onGap, b.onGap);
+  text("fleet_max_entries", std::to_string(a.maxEntries), std::to_string(b.maxEntries));
+  text("fleet_queue", std::to_string(a.queue), std::to_string(b.queue));
+  text("state_dir", a.stateDir, b.stateDir);
   if (before.controlGroup != after.controlGroup) {
     changes.push_back("control_group: " + (before.controlGroup.empty() ? "(none)" : before.controlGroup) +
                       " -> " + (after.controlGroup.empty() ? "(none)" : after.controlGroup));

@@ -16,6 +16,15 @@
 //     log_level = info                  # trace debug info warn error critical off
 //     control_group = adm               # its members may use esictl (besides
 //                                       # root and esid's own user)
+//     fleet = redis://127.0.0.1:6379/0  # share purges with other esids; at start only
+//     fleet_node = web-1                # this node's name (default: the host name)
+//     fleet_stream = esi:purges         # the Redis stream
+//     fleet_user = esid                 # Redis ACL user and password: the file
+//     fleet_password = secret           # only, never the command line
+//     fleet_on_gap = purge_all          # or log: entries trimmed before read
+//     fleet_max_entries = 100000        # the stream keeps about this many
+//     fleet_queue = 10000               # entries kept while Redis is away
+//     state_dir = /var/lib/esid         # what must survive esid
 
 #pragma once
 
@@ -50,6 +59,30 @@ struct SettingsLayer {
   std::optional<uint64_t> planStore;
   std::optional<spdlog::level::level_enum> logLevel;
   std::optional<std::string> controlGroup;  // a group's name or number
+  std::optional<std::string> fleet;          // redis://host:port/db
+  std::optional<std::string> fleetNode;
+  std::optional<std::string> fleetStream;
+  std::optional<std::string> fleetUser;      // the file only
+  std::optional<std::string> fleetPassword;  // the file only
+  std::optional<std::string> fleetOnGap;     // purge_all or log
+  std::optional<uint64_t> fleetMaxEntries;
+  std::optional<uint64_t> fleetQueue;
+  std::optional<std::string> stateDir;
+};
+
+// The fleet's values (fleet_* and state_dir): they change only at a restart.
+struct FleetSettings {
+  std::string url;       // fleet; empty: no fleet
+  std::string node;      // empty: the host name
+  std::string stream = "esi:purges";
+  std::string user;
+  std::string password;
+  std::string onGap = "purge_all";
+  uint64_t maxEntries = 100000;
+  uint64_t queue = 10000;
+  std::string stateDir = "/var/lib/esid";
+
+  bool operator==(const FleetSettings&) const = default;
 };
 
 // The values esid runs with.
@@ -62,6 +95,7 @@ struct Settings {
   uint64_t planStore = uint64_t{64} << 20;      // the default plan zone
   spdlog::level::level_enum logLevel = spdlog::level::info;
   std::string controlGroup;  // empty: none
+  FleetSettings fleet;  // read at start only
 
   // Defaults, overridden by file, overridden by commandLine.
   static Settings resolve(const SettingsLayer& file, const SettingsLayer& commandLine);
@@ -90,6 +124,13 @@ std::string socketModeName(mode_t mode);
 // "trace" ... "off".  Throws std::invalid_argument for anything else.
 spdlog::level::level_enum parseLogLevel(std::string_view text);
 std::string logLevelName(spdlog::level::level_enum level);
+
+// "purge_all" or "log" (fleet_on_gap).  Throws std::invalid_argument.
+std::string parseGapAction(std::string_view text);
+
+// A decimal number in [low, high]; what names it in messages.  Throws
+// std::invalid_argument.
+uint64_t parseCount(std::string_view text, std::string_view what, uint64_t low, uint64_t high);
 
 // A group's id from its name or number.  Throws std::invalid_argument when
 // there is no such group.

@@ -9,7 +9,7 @@ namespace esi {
 namespace {
 
 struct Taker : PurgeOrderTaker {
-  bool takePurgeOrder(uint32_t order, const PurgeQuery& query) override {
+  bool takePurgeOrder(uint32_t order, const PurgeQuery& query, const PurgeOrderOptions&) override {
     if (full) return false;
     taken.push_back({order, query.value});
     return true;
@@ -32,7 +32,7 @@ TEST(PurgeOrders, OrderGoesToAWorkerOfTheZoneAndItsReportAnswers) {
   ASSERT_EQ(a.taken.size(), 1u);
   EXPECT_TRUE(b.taken.empty());
   EXPECT_FALSE(outcome);
-  orders.done(&a, a.taken[0].first, PurgeOrderOutcome{3, true, {}});
+  orders.done(&a, a.taken[0].first, PurgeOrderOutcome{3, true, {}, {}});
   ASSERT_TRUE(outcome);
   EXPECT_EQ(outcome->count, 3u);
   EXPECT_TRUE(outcome->scanned);

@@ -166,7 +166,8 @@ class Server::Client {
           server_.loop_, fd, server_.options_.ringSize, server_.stats_,
           server_.purger_, server_.orders_, server_.plans_, server_.arena_,
           [this](std::string_view) { close(); },
-          [&server = server_](const std::vector<Md5>& files) { server.purged(files); });
+          [&server = server_](const std::vector<Md5>& files) { server.purged(files); },
+          server_.feed_);
     } catch (const std::exception& e) {
       spdlog::error("cannot set up rings for a worker: {}", e.what());
       close();

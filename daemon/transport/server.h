@@ -74,6 +74,10 @@ class Server {
   // theirs.
   void setRingSize(uint32_t bytes) { options_.ringSize = bytes; }
 
+  // Where workers' purges are told once answered (the fleet); for workers
+  // that connect from now on.
+  void setPurgeFeed(PurgeFeed feed) { feed_ = std::move(feed); }
+
  private:
   class Client;
   static void onConnection(uv_stream_t* listener, int status);
@@ -90,6 +94,7 @@ class Server {
   PlanStore& plans_;
   SegmentArena& arena_;
   ControlHandler control_;
+  PurgeFeed feed_;
   uv_pipe_t* listener_ = nullptr;
   bool ownsPath_ = false;
   std::string where_;

@@ -144,9 +144,10 @@ pid_t peerPid(int socketFd) {
 WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
                              Stats& stats, Purger& purger, PurgeOrders& orders,
                              PlanStore& plans, SegmentArena& arena, FatalHandler onFatal,
-                             PurgedHandler onPurged)
+                             PurgedHandler onPurged, PurgeFeed feed)
     : socketFd_(socketFd), stats_(stats), purger_(purger), orders_(orders), plans_(plans),
       arena_(arena), onFatal_(std::move(onFatal)), onPurged_(std::move(onPurged)),
+      feed_(std::move(feed)),
       rings_(ringSize),
       pins_(PinTable::map(arena, rings_.memfd(), rings_.pinsOffset(), peerPid(socketFd))),
       poll_(new uv_poll_t),
@@ -236,8 +237,10 @@ void WorkerSession::drainReports() {
   }
 }
 
-bool WorkerSession::takePurgeOrder(uint32_t order, const PurgeQuery& query) {
+bool WorkerSession::takePurgeOrder(uint32_t order, const PurgeQuery& query,
+                                   const PurgeOrderOptions& options) {
   if (stopped_ || pending_.size() >= kMaxPendingAnswers) return false;
+  heldOrders_.push_back(HeldOrder{order, query, options, false, {}});
   capnp::MallocMessageBuilder message;
   auto response = message.initRoot<wire::Response>();
   response.setStream(order);
@@ -255,7 +258,11 @@ bool WorkerSession::takePurgeOrder(uint32_t order, const PurgeQuery& query) {
       break;
   }
   send(message);
-  return !stopped_;
+  if (stopped_) {
+    heldOrders_.pop_back();
+    return false;
+  }
+  return true;
 }
 
 void WorkerSession::sendForget(const std::vector<Md5>& files) {
@@ -602,9 +609,15 @@ bool WorkerSession::handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done
     violation("purgeDone: error too long");
     return false;
   }
-  orders_.done(this, order,
-               PurgeOrderOutcome{done.getCount(), done.getScanned(),
-                                 std::string(error.cStr(), error.size())});
+  PurgeOrderOutcome outcome{done.getCount(), done.getScanned(),
+                            std::string(error.cStr(), error.size()), {}};
+  const auto held = std::find_if(heldOrders_.begin(), heldOrders_.end(),
+                                 [order](const HeldOrder& h) { return h.order == order; });
+  if (held != heldOrders_.end()) {
+    outcome.fleet = held->note;
+    heldOrders_.erase(held);
+  }
+  orders_.done(this, order, std::move(outcome));
   return true;
 }
 
@@ -683,17 +696,37 @@ bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
     return false;
   }
   query.value.assign(value.cStr(), value.size());
+  std::optional<uint32_t> order;
+  PurgeOrderOptions options;
+  for (HeldOrder& held : heldOrders_) {
+    if (!held.matched && held.query.kind == query.kind && held.query.zone == query.zone &&
+        held.query.value == query.value) {
+      held.matched = true;
+      order = held.order;
+      options = held.options;
+      break;
+    }
+  }
   // The answer may come after a scan, by which time the worker may be gone.
-  purger_.purge(std::move(query), [self = weak_from_this(), id](const PurgeOutcome& outcome) {
+  purger_.purge(query, [self = weak_from_this(), id, query, order,
+                        options](const PurgeOutcome& outcome) {
     auto session = self.lock();
     if (!session) return;
     if (!outcome.files.empty()) session->onPurged_(outcome.files);
-    session->sendPurged(id, outcome);
+    FleetNote note;
+    if (session->feed_ && !options.fromFleet) note = session->feed_(query, outcome, options.askAcks);
+    if (order) {
+      for (HeldOrder& held : session->heldOrders_) {
+        if (held.order == *order) held.note = note;
+      }
+    }
+    session->sendPurged(id, outcome, note.status);
   });
   return true;
 }
 
-void WorkerSession::sendPurged(uint32_t id, const PurgeOutcome& outcome) {
+void WorkerSession::sendPurged(uint32_t id, const PurgeOutcome& outcome,
+                               const std::string& fleet) {
   if (stopped_) return;
   size_t next = 0;
   do {
@@ -709,6 +742,7 @@ void WorkerSession::sendPurged(uint32_t id, const PurgeOutcome& outcome) {
     }
     body.setScanned(outcome.scanned);
     body.setError(outcome.error);
+    body.setFleet(fleet);
     next += count;
     body.setMore(next < outcome.files.size());
     send(message);

@@ -41,7 +41,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // must outlive the session.
   WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize, Stats& stats,
                 Purger& purger, PurgeOrders& orders, PlanStore& plans,
-                SegmentArena& arena, FatalHandler onFatal, PurgedHandler onPurged);
+                SegmentArena& arena, FatalHandler onFatal, PurgedHandler onPurged,
+                PurgeFeed feed = nullptr);  // feed: see PurgeFeed
   ~WorkerSession() override;
   WorkerSession(const WorkerSession&) = delete;
   WorkerSession& operator=(const WorkerSession&) = delete;
@@ -57,7 +58,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // are still in the ring: read them, so that the zone's index stays sure.
   void drainReports();
 
-  bool takePurgeOrder(uint32_t order, const PurgeQuery& query) override;
+  bool takePurgeOrder(uint32_t order, const PurgeQuery& query,
+                      const PurgeOrderOptions& options) override;
 
   // Tells the worker that a purge removes these files (Response.forget): it
   // forgets what it keeps of them.
@@ -95,7 +97,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   bool handleStored(wire::Stored::Reader stored);
   bool handleReplayed(wire::Replayed::Reader replayed);
   bool handlePurge(uint32_t id, wire::Purge::Reader purge);
-  void sendPurged(uint32_t id, const PurgeOutcome& outcome);
+  void sendPurged(uint32_t id, const PurgeOutcome& outcome, const std::string& fleet);
   void sendSplice(uint32_t id, StreamEntry& entry, bool last);
   void send(capnp::MessageBuilder& message);
   void flushPending();
@@ -111,6 +113,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   SegmentArena& arena_;
   FatalHandler onFatal_;
   PurgedHandler onPurged_;
+  PurgeFeed feed_;
   SharedRings rings_;
   // In a mapping of its own: retired to the arena when the session ends.
   std::unique_ptr<PinTable> pins_;
@@ -121,6 +124,19 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // What sendSplice() and sendPlan() build their messages in, kept zeroed.
   kj::Array<capnp::word> firstSegment_;
   PlanEvaluation evaluation_;  // sendPlan()'s, reused
+  // Orders handed to this worker.  The worker carries each out as its own
+  // purge, which does not name the order: the first purge of the same
+  // query that arrives is taken for it (two equal purges are one), so
+  // that a fleet entry is not told to the fleet again and an esictl
+  // order learns what became of it there.
+  struct HeldOrder {
+    uint32_t order;
+    PurgeQuery query;
+    PurgeOrderOptions options;
+    bool matched = false;
+    FleetNote note;
+  };
+  std::deque<HeldOrder> heldOrders_;
   // Zones this worker announced: their indexes are in doubt when it goes
   // with reports unread.
   std::set<std::string, std::less<>> zones_;

@@ -312,6 +312,7 @@ class EsiTestCase(unittest.TestCase):
         self.port = None
         self.origin = Origin(os.path.join(self.tmp, "origin.log"))
         self.killed = set()     # pids of workers the test killed itself
+        self.nodes = []         # add_node(): more nginx + esid pairs
         self.addCleanup(self._teardown)
 
     def run(self, result=None):
@@ -336,6 +337,8 @@ class EsiTestCase(unittest.TestCase):
         names += sorted(n for n in os.listdir(self.tmp)
                         if n.endswith(".stderr") or n.endswith(".stdout")
                         or n.startswith(SANITIZER_LOG + "."))
+        for node in self.nodes:
+            names += [os.path.join(node.name, "error.log")]
         for name in names:
             text = _read(os.path.join(self.tmp, name))
             if len(text) > 20000:
@@ -349,7 +352,8 @@ class EsiTestCase(unittest.TestCase):
             proc.stop()
         self.origin.close()
         problems = []
-        log = _read(os.path.join(self.tmp, "error.log"))
+        log = "\n".join(_read(os.path.join(tmp, "error.log"))
+                        for tmp in [self.tmp] + [n.tmp for n in self.nodes])
         for line in log.splitlines():
             if (CRASH_RE.search(line) or SANITIZER_RE.search(line)) \
                     and not self._killed_by_test(line):
@@ -428,7 +432,7 @@ class EsiTestCase(unittest.TestCase):
             env[name] = ":".join(filter(None, options))
         return env
 
-    def nginx_conf(self):
+    def nginx_conf(self, tmp=None, socket_path=None, port=None):
         snippets = {
             "HTTP": self.HTTP,
             "SERVER": self.SERVER,
@@ -441,11 +445,11 @@ class EsiTestCase(unittest.TestCase):
             "USER": ("user %s;" % self.USER if self.USER is not None
                      else "user root;" if os.geteuid() == 0 else ""),
             "WORKERS": str(self.WORKERS),
-            "TMP": self.tmp,
+            "TMP": tmp or self.tmp,
             "LOAD_MODULE": ("" if MODULE == "builtin"
                             else "load_module %s;" % MODULE),
-            "SOCKET": self.socket_path,
-            "PORT": str(self.port),
+            "SOCKET": socket_path or self.socket_path,
+            "PORT": str(port or self.port),
             "ORIGIN": str(self.origin.port),
         }
         conf = NGINX_CONF
@@ -486,17 +490,18 @@ class EsiTestCase(unittest.TestCase):
 
     # -- requests --------------------------------------------------------
 
-    def fetch(self, path, headers=None, method="GET"):
+    def fetch(self, path, headers=None, method="GET", port=None):
         """One request on a new connection; never raises for a bad reply.
 
         The request runs on a helper thread while this one watches
         error.log, so a worker that crashes fails the test at once instead
         of after REQUEST_TIMEOUT."""
-        self.start()
+        if port is None:
+            self.start()
         outcome = []
         client = threading.Thread(
             target=lambda: outcome.append(self._request(method, path,
-                                                        headers)),
+                                                        headers, port)),
             daemon=True)
         client.start()
         deadline = time.monotonic() + REQUEST_TIMEOUT + 5
@@ -511,8 +516,8 @@ class EsiTestCase(unittest.TestCase):
                 method, path, REQUEST_TIMEOUT))
         return outcome[0]
 
-    def _request(self, method, path, headers):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port,
+    def _request(self, method, path, headers, port=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port or self.port,
                                           timeout=REQUEST_TIMEOUT)
         status, hdrs, body = None, None, b""
         try:
@@ -622,3 +627,84 @@ class EsiTestCase(unittest.TestCase):
         r = self.esictl("stats", "--json")
         self.assertEqual(r.returncode, 0, r.stderr.decode())
         return json.loads(r.stdout)
+
+    # -- several nodes -----------------------------------------------------
+
+    def add_node(self, name):
+        """Another nginx + esid pair, with this class's configuration, the
+        same origin, and a directory of its own (cache, socket, logs)
+        under the test's: the nodes of a fleet."""
+        node = Node(self, name)
+        self.nodes.append(node)
+        return node
+
+
+class Node:
+    """One NGINX and its esid beside the test's own (EsiTestCase.add_node)."""
+
+    def __init__(self, test, name):
+        self.test = test
+        self.name = name
+        self.tmp = os.path.join(test.tmp, name)
+        os.mkdir(self.tmp)
+        self.socket_path = os.path.join(self.tmp, "esid.sock")
+        self.port = None
+        self.esid = None
+        self.nginx = None
+
+    def start_esid(self, *extra):
+        argv = [ESID, "--socket", self.socket_path] + \
+            list(self.test.ESID_ARGS) + list(extra)
+        proc = self.test.spawn("%s-esid-%d" % (self.name,
+                                               len(self.test.processes)), argv)
+        ready = poll(lambda: not proc.alive()
+                     or unix_socket_answers(self.socket_path))
+        if not proc.alive() or not ready:
+            self.test.fail("%s: esid did not come up (exit %r):\n%s" % (
+                self.name, proc.popen.poll(), proc.stderr()))
+        self.esid = proc
+        return proc
+
+    def start_nginx(self):
+        for attempt in range(3):
+            self.port = free_port()
+            conf_path = os.path.join(self.tmp, "nginx.conf")
+            with open(conf_path, "w") as f:
+                f.write(self.test.nginx_conf(self.tmp, self.socket_path,
+                                             self.port))
+            proc = self.test.spawn("%s-nginx" % self.name, [
+                NGINX, "-p", self.tmp + "/", "-e", self.tmp + "/error.log",
+                "-c", conf_path, "-g", "daemon off;"],
+                env=self.test.sanitizer_env())
+            up = poll(lambda: not proc.alive() or tcp_port_answers(self.port))
+            if proc.alive() and up:
+                self.nginx = proc
+                return
+            proc.stop()
+            if "Address already in use" in self.error_log() and attempt < 2:
+                continue
+            self.test.fail("%s: nginx did not start:\n%s" % (
+                self.name, self.error_log()))
+
+    def fetch(self, path, headers=None, method="GET"):
+        return self.test.fetch(path, headers, method, port=self.port)
+
+    def get(self, path, headers=None):
+        r = self.fetch(path, headers)
+        if not r.complete:
+            self.test.fail("%s: GET %s: incomplete (%r)" % (self.name, path,
+                                                            r.error))
+        return r.status, r.headers, r.body
+
+    def esictl(self, *args):
+        return self.test.esictl(*args, socket_path=self.socket_path)
+
+    def error_log(self):
+        return _read(os.path.join(self.tmp, "error.log"))
+
+    def cache_files(self):
+        """Names of the cache files on disk, sorted."""
+        found = []
+        for _, _, names in os.walk(os.path.join(self.tmp, "cache")):
+            found += [n for n in names if len(n) == 32]
+        return sorted(found)

@@ -1,0 +1,235 @@
+#include "fleet/fleet.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fleet/entry.h"
+#include "fleet/pending_queue.h"
+#include "fleet/redis_link.h"
+#include "fleet/state_file.h"
+
+namespace esi {
+namespace {
+
+using Fields = std::vector<std::pair<std::string_view, std::string_view>>;
+
+FleetEntry entry(std::string zone, PurgeQuery::Kind kind, std::string value) {
+  return FleetEntry{"node-a", PurgeQuery{kind, std::move(zone), std::move(value)}, "node-a:1:7"};
+}
+
+// The fields as Redis hands them back.
+std::optional<FleetEntry> roundTrip(const FleetEntry& e, std::string* why) {
+  const auto encoded = encodeEntry(e);
+  Fields fields;
+  for (const auto& [name, value] : encoded) fields.emplace_back(name, value);
+  return decodeEntry(fields, why);
+}
+
+TEST(FleetEntry, EveryKindSurvivesTheStream) {
+  for (const auto kind : {PurgeQuery::Kind::kKey, PurgeQuery::Kind::kKeyPrefix, PurgeQuery::Kind::kTag}) {
+    FleetEntry e = entry("pages", kind, "/shop/item?id=1 2");
+    e.askAcks = kind == PurgeQuery::Kind::kTag;
+    std::string why;
+    const auto back = roundTrip(e, &why);
+    ASSERT_TRUE(back) << why;
+    EXPECT_EQ(back->node, "node-a");
+    EXPECT_EQ(back->query.zone, "pages");
+    EXPECT_EQ(back->query.kind, kind);
+    EXPECT_EQ(back->query.value, "/shop/item?id=1 2");
+    EXPECT_EQ(back->uid, "node-a:1:7");
+    EXPECT_EQ(back->askAcks, e.askAcks);
+  }
+}
+
+TEST(FleetEntry, AnEmptyPrefixIsAWholeZoneButAnEmptyKeyOrTagIsRefused) {
+  std::string why;
+  EXPECT_TRUE(roundTrip(entry("pages", PurgeQuery::Kind::kKeyPrefix, ""), &why));
+  EXPECT_FALSE(roundTrip(entry("pages", PurgeQuery::Kind::kKey, ""), &why));
+  EXPECT_FALSE(roundTrip(entry("pages", PurgeQuery::Kind::kTag, ""), &why));
+}
+
+TEST(FleetEntry, EntriesThatAreNotPurgesAreRefusedWhole) {
+  const Fields good = {{"v", "1"}, {"node", "b"}, {"zone", "pages"}, {"kind", "key"},
+                       {"value", "/a"}, {"uid", "b:1:1"}};
+  std::string why;
+  ASSERT_TRUE(decodeEntry(good, &why)) << why;
+
+  const auto without = [&](std::string_view name) {
+    Fields f;
+    for (const auto& field : good) {
+      if (field.first != name) f.push_back(field);
+    }
+    return f;
+  };
+  const auto with = [&](std::string_view name, std::string_view value) {
+    Fields f = without(name);
+    f.emplace_back(name, value);
+    return f;
+  };
+  EXPECT_FALSE(decodeEntry(without("zone"), &why));
+  EXPECT_FALSE(decodeEntry(without("v"), &why));
+  EXPECT_FALSE(decodeEntry(with("v", "2"), &why));
+  EXPECT_FALSE(decodeEntry(with("kind", "flushall"), &why));
+  EXPECT_EQ(why, "unknown kind \"flushall\"");
+  EXPECT_FALSE(decodeEntry(with("node", "a b"), &why));
+  EXPECT_FALSE(decodeEntry(with("zone", "pa ges"), &why));
+  EXPECT_FALSE(decodeEntry(with("zone", std::string(256, 'z')), &why));
+  EXPECT_FALSE(decodeEntry(with("value", std::string(kMaxEntryValueBytes + 1, 'k')), &why));
+  EXPECT_TRUE(decodeEntry(with("value", std::string(kMaxEntryValueBytes, 'k')), &why));
+  EXPECT_FALSE(decodeEntry(with("value", std::string("a\0b", 3)), &why));
+  EXPECT_FALSE(decodeEntry(with("ack", "yes"), &why));
+  Fields extra = good;
+  extra.emplace_back("command", "FLUSHALL");
+  EXPECT_FALSE(decodeEntry(extra, &why));
+  EXPECT_EQ(why, "unknown field \"command\"");
+  Fields twice = good;
+  twice.emplace_back("zone", "other");
+  EXPECT_FALSE(decodeEntry(twice, &why));
+}
+
+TEST(FleetEntry, NodeNamesAreHostNames) {
+  EXPECT_TRUE(validNodeName("web-1.example.org"));
+  EXPECT_TRUE(validNodeName("n_2:8080"));
+  EXPECT_FALSE(validNodeName(""));
+  EXPECT_FALSE(validNodeName("a/b"));
+  EXPECT_FALSE(validNodeName(std::string(256, 'n')));
+}
+
+TEST(StreamId, ParsesAndOrdersAsRedisDoes) {
+  EXPECT_EQ(StreamId::parse("1796172032767-12"), (StreamId{1796172032767, 12}));
+  EXPECT_EQ(StreamId::parse("0-0"), StreamId{});
+  EXPECT_FALSE(StreamId::parse("17"));
+  EXPECT_FALSE(StreamId::parse("a-1"));
+  EXPECT_FALSE(StreamId::parse("1-"));
+  EXPECT_FALSE(StreamId::parse("-1"));
+  EXPECT_LT((StreamId{5, 9}), (StreamId{6, 0}));
+  EXPECT_LT((StreamId{5, 1}), (StreamId{5, 2}));
+  EXPECT_EQ((StreamId{5, 1}).text(), "5-1");
+}
+
+TEST(GapDetection, ANodeThatReadEverythingTheStreamLostHasNoGap) {
+  // 10 entries ever added, the stream keeps the last 4 (ordinals 7..10).
+  EXPECT_EQ(lostEntries(10, 10, 4), 0u);
+  EXPECT_EQ(lostEntries(6, 10, 4), 0u);   // 7 is still there
+  EXPECT_EQ(lostEntries(5, 10, 4), 1u);   // 6 is gone
+  EXPECT_EQ(lostEntries(0, 10, 4), 6u);   // never read anything: 1..6 gone
+  EXPECT_EQ(lostEntries(0, 0, 0), 0u);    // an empty stream
+  EXPECT_EQ(lostEntries(3, 3, 0), 0u);    // everything read, then trimmed
+  EXPECT_EQ(lostEntries(3, 2, 5), 0u);    // a stream that makes no sense
+}
+
+std::string tempDir() {
+  std::string dir = ::testing::TempDir() + "fleet-state-" + std::to_string(getpid());
+  std::remove((dir + "/fleet-esi_purges.state").c_str());
+  mkdir(dir.c_str(), 0700);
+  return dir;
+}
+
+TEST(StateFile, APositionSurvivesARestart) {
+  const std::string dir = tempDir();
+  const StateFile file(dir, "esi:purges");
+  EXPECT_EQ(file.path(), dir + "/fleet-esi_purges.state");
+  EXPECT_FALSE(file.load());
+  file.save(FleetPosition{StreamId{1796172032767, 3}, 42});
+  const auto back = StateFile(dir, "esi:purges").load();
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->last, (StreamId{1796172032767, 3}));
+  EXPECT_EQ(back->ordinal, 42u);
+  EXPECT_NE(access((file.path() + ".tmp").c_str(), F_OK), 0);  // renamed into place
+}
+
+TEST(StateFile, AHandSetPositionHasNoOrdinal) {
+  const FleetPosition p = parseState("stream s\nlast 17-2   # by hand\n", "s", "f");
+  EXPECT_EQ(p.last, (StreamId{17, 2}));
+  EXPECT_FALSE(p.ordinal);
+}
+
+TEST(StateFile, ACorruptFileOrAnotherStreamsStopsEsid) {
+  EXPECT_THROW(parseState("stream s\nlast 17\n", "s", "f"), std::runtime_error);
+  EXPECT_THROW(parseState("stream s\n", "s", "f"), std::runtime_error);
+  EXPECT_THROW(parseState("stream other\nlast 1-0\n", "s", "f"), std::runtime_error);
+  EXPECT_THROW(parseState("stream s\nlast 1-0\nordinal x\n", "s", "f"), std::runtime_error);
+  EXPECT_THROW(parseState("stream s\nlast 1-0\nfirst 0-0\n", "s", "f"), std::runtime_error);
+  EXPECT_EQ(parseState(formatState("s", FleetPosition{StreamId{9, 9}, 3}), "s", "f").ordinal, 3u);
+}
+
+TEST(PendingQueue, KeepsOrderAndDropsTheOldestWhenFull) {
+  PendingQueue queue(3);
+  for (const char* key : {"/1", "/2", "/3"}) queue.push(entry("a", PurgeQuery::Kind::kKey, key));
+  queue.push(entry("b", PurgeQuery::Kind::kKey, "/4"));
+  EXPECT_EQ(queue.size(), 3u);
+  EXPECT_EQ(queue.dropped(), 1u);
+  EXPECT_EQ(queue.takeLostZones(), std::set<std::string>{"a"});
+  EXPECT_TRUE(queue.takeLostZones().empty());
+  EXPECT_EQ(queue.pop().query.value, "/2");
+  EXPECT_EQ(queue.pop().query.value, "/3");
+  EXPECT_EQ(queue.pop().query.value, "/4");
+  EXPECT_TRUE(queue.empty());
+}
+
+TEST(PendingQueue, EntriesSentButUnansweredGoBackInFrontInOrder) {
+  PendingQueue queue(10);
+  queue.push(entry("a", PurgeQuery::Kind::kKey, "/3"));
+  queue.putBack({entry("a", PurgeQuery::Kind::kKey, "/1"), entry("a", PurgeQuery::Kind::kKey, "/2")});
+  EXPECT_EQ(queue.pop().query.value, "/1");
+  EXPECT_EQ(queue.pop().query.value, "/2");
+  EXPECT_EQ(queue.pop().query.value, "/3");
+}
+
+TEST(RedisUrl, HostPortAndDatabase) {
+  const RedisAddress a = parseRedisUrl("redis://127.0.0.1:6380/2");
+  EXPECT_EQ(a.host, "127.0.0.1");
+  EXPECT_EQ(a.port, 6380);
+  EXPECT_EQ(a.db, 2);
+  const RedisAddress b = parseRedisUrl("redis://redis.internal");
+  EXPECT_EQ(b.port, 6379);
+  EXPECT_EQ(b.db, 0);
+  EXPECT_EQ(parseRedisUrl("redis://[::1]:7000/0").host, "::1");
+  EXPECT_EQ(parseRedisUrl("redis://[::1]:7000/0").text(), "redis://[::1]:7000/0");
+}
+
+TEST(RedisUrl, CredentialsAndOtherSchemesAreRefused) {
+  EXPECT_THROW(parseRedisUrl("redis://user:secret@host:6379/0"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("http://host"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("redis://host:0"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("redis://host:99999"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("redis://:6379"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("redis://host/x"), std::invalid_argument);
+}
+
+TEST(Fleet, APurgeIsPendingWhileRedisIsAwayAndNoRequestWaits) {
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    FleetOptions options;
+    options.redis = parseRedisUrl("redis://127.0.0.1:1/0");  // nothing listens there
+    options.node = "lonely";
+    options.stateDir = tempDir();
+    options.queueLimit = 2;
+    Fleet fleet(&loop, options, [](const PurgeQuery&, Fleet::Applied done) { done(0, {}); },
+                [] { return std::vector<std::string>{"pages"}; });
+    fleet.start();
+    const Publication first = fleet.published(PurgeQuery{PurgeQuery::Kind::kKey, "pages", "/a"}, 1, false);
+    EXPECT_EQ(first.status, "pending");
+    EXPECT_FALSE(first.uid.empty());
+    fleet.published(PurgeQuery{PurgeQuery::Kind::kKey, "pages", "/b"}, 1, false);
+    fleet.published(PurgeQuery{PurgeQuery::Kind::kKey, "pages", "/c"}, 1, false);
+    EXPECT_EQ(fleet.stats()["fleet_pending"], 2);
+    EXPECT_EQ(fleet.stats()["fleet_dropped"], 1);
+    EXPECT_EQ(fleet.published(PurgeQuery{PurgeQuery::Kind::kKey, "pa ges", "/d"}, 1, false).status,
+              "refused");
+    fleet.stop();
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);  // the handles close
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+}  // namespace
+}  // namespace esi

@@ -1,0 +1,295 @@
+"""The fleet: three NGINX + esid nodes on loopback, each with its own cache
+and socket, and one real redis-server (appendonly, in the test's temp dir).
+A purge at one node, in any form, leaves no file at the others and their
+next request is a MISS; a node whose esid was down replays what it missed;
+a Redis restarted between two purges loses neither; a node that finds the
+entries it needed trimmed from the stream purges its zones whole (or only
+says so, with fleet_on_gap = log); entries that are not purges are skipped.
+Everything waits on observable state (files, counters, state files)."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import unittest
+
+from harness import EsiTestCase, free_port, poll
+
+REDIS = shutil.which("redis-server")
+REDIS_CLI = shutil.which("redis-cli")
+STREAM = "esi:purges"
+
+# The harness's "location /" caches in zone "pages"; PURGE purges there,
+# /purge/KEY* purges a prefix.
+PURGE_HERE = """
+            proxy_cache_key $uri$is_args$args;
+            esi_cache_purge PURGE from 127.0.0.1;
+"""
+PURGE_LOCATION = """
+        location ~ ^/purge(/.*)$ {
+            allow 127.0.0.1;
+            deny all;
+            esi_cache_purge zone=pages key=$1$is_args$args;
+        }
+"""
+
+
+def redis_answers(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@unittest.skipIf(REDIS is None or REDIS_CLI is None,
+                 "redis-server not installed (packaging/deps.sh installs it)")
+class FleetTestCase(EsiTestCase):
+    ESID = False
+    LOCATION = PURGE_HERE
+    LOCATIONS = PURGE_LOCATION
+    NODES = ("a", "b", "c")
+    ON_GAP = "purge_all"
+
+    def setUp(self):
+        super().setUp()
+        self.redis_port = free_port()
+        self.redis_dir = os.path.join(self.tmp, "redis")
+        os.mkdir(self.redis_dir)
+        self.start_redis()
+        self.fleet = {}
+        for name in self.NODES:
+            node = self.add_node(name)
+            self.fleet[name] = node
+            with open(os.path.join(node.tmp, "esid.conf"), "w") as f:
+                f.write("fleet = redis://127.0.0.1:%d/0\nfleet_node = %s\n"
+                        "state_dir = %s\nfleet_on_gap = %s\n" % (
+                            self.redis_port, name, node.tmp, self.ON_GAP))
+            self.start_fleet_esid(node)
+            node.start_nginx()
+        for node in self.fleet.values():
+            self.await_reading(node)
+
+    # -- the pieces ------------------------------------------------------
+
+    def start_redis(self):
+        proc = self.spawn("redis-%d" % len(self.processes), [
+            REDIS, "--port", str(self.redis_port), "--bind", "127.0.0.1",
+            "--dir", self.redis_dir, "--appendonly", "yes", "--save", "",
+            "--daemonize", "no"])
+        if not poll(lambda: not proc.alive()
+                    or redis_answers(self.redis_port)) or not proc.alive():
+            self.fail("redis-server did not start:\n%s" % proc.stderr())
+        self.redis = proc
+
+    def redis_cli(self, *args):
+        r = subprocess.run([REDIS_CLI, "-p", str(self.redis_port)] + list(args),
+                           capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.decode().strip()
+
+    def start_fleet_esid(self, node):
+        return node.start_esid("--config", os.path.join(node.tmp, "esid.conf"))
+
+    def state_file(self, node):
+        return os.path.join(node.tmp, "fleet-esi_purges.state")
+
+    def await_reading(self, node):
+        """A node reads once it knows where it is on the stream (its state
+        file) and its workers attached; it is listed once its heartbeat is
+        in Redis."""
+        self.assertTrue(poll(lambda: os.path.exists(self.state_file(node))),
+                        "%s never found its place on the stream" % node.name)
+        self.assertTrue(poll(lambda: self.redis_cli(
+            "HEXISTS", STREAM + ":nodes", node.name) == "1"),
+            "%s never told the fleet it is there" % node.name)
+
+    def fleet_stats(self, node):
+        r = node.esictl("stats", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        return {k: v for k, v in json.loads(r.stdout).items()
+                if k.startswith("fleet_")}
+
+    def cache_everywhere(self, *paths):
+        for path in paths:
+            self.origin.route(path, "body of %s" % path,
+                              headers=[("Surrogate-Key", "t-" + path[1:])])
+        for node in self.fleet.values():
+            for path in paths:
+                _, headers, _ = node.get(path)
+                self.assertEqual(headers.get("X-Cache-Status"), "MISS")
+                _, headers, _ = node.get(path)
+                self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+            self.assertEqual(len(node.cache_files()), len(paths), node.name)
+
+    def await_files(self, node, count):
+        self.assertTrue(poll(lambda: len(node.cache_files()) == count),
+                        "%s keeps %s, not %d file(s)" % (
+                            node.name, node.cache_files(), count))
+
+    def assertMiss(self, node, path):
+        _, headers, _ = node.get(path)
+        self.assertEqual(headers.get("X-Cache-Status"), "MISS",
+                         "%s %s" % (node.name, path))
+
+    def purge(self, node, path, headers=None):
+        r = node.fetch(path, headers, method="PURGE")
+        self.assertTrue(r.complete, r)
+        self.assertEqual(r.status, 200, r.body)
+        return r
+
+
+class FleetPurgeTest(FleetTestCase):
+    def test_a_purge_at_one_node_leaves_no_file_at_the_others(self):
+        self.cache_everywhere("/p", "/keep")
+        self.purge(self.fleet["a"], "/p")
+        for name in ("b", "c"):
+            self.await_files(self.fleet[name], 1)
+            self.assertMiss(self.fleet[name], "/p")
+            _, headers, _ = self.fleet[name].get("/keep")
+            self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+        stats = self.fleet_stats(self.fleet["a"])
+        self.assertEqual(stats["fleet_published"], 1)
+        self.assertTrue(poll(lambda: self.fleet_stats(self.fleet["b"])
+                             ["fleet_applied"] == 1))
+        # Applied from the fleet, not published again: one entry in all.
+        self.assertEqual(self.redis_cli("XLEN", STREAM), "1")
+        self.assertEqual(self.fleet_stats(self.fleet["b"])["fleet_published"], 0)
+
+    def test_a_tag_purge_reaches_every_node(self):
+        self.cache_everywhere("/t1", "/t2")
+        r = self.purge(self.fleet["b"], "/", {"Surrogate-Key": "t-t1"})
+        self.assertEqual(r.header("Cache-Purge-Result"), "tag; count=1")
+        for name in ("a", "c"):
+            self.await_files(self.fleet[name], 1)
+            self.assertMiss(self.fleet[name], "/t1")
+
+    def test_a_wildcard_purge_reaches_every_node(self):
+        self.cache_everywhere("/shop/1", "/shop/2", "/about")
+        r = self.fleet["c"].fetch("/purge/shop*")
+        self.assertEqual(r.status, 200, r.body)
+        for name in ("a", "b"):
+            self.await_files(self.fleet[name], 1)
+            self.assertMiss(self.fleet[name], "/shop/2")
+
+    def test_esictl_purge_waits_for_every_node_to_apply_it(self):
+        self.cache_everywhere("/e")
+        r = self.fleet["a"].esictl("purge", "--fleet", "--wait", "30",
+                                   "pages", "/e")
+        out = r.stdout.decode()
+        self.assertEqual(r.returncode, 0, out + r.stderr.decode())
+        self.assertIn("fleet: published", out)
+        for name in ("a", "b", "c"):
+            self.assertIn("%s: 1 file(s)" % name, out)
+        for name in ("b", "c"):
+            self.assertEqual(self.fleet[name].cache_files(), [])
+
+    def test_esictl_fleet_lists_every_node(self):
+        def listed():
+            r = self.fleet["b"].esictl("fleet", "--json")
+            if r.returncode != 0:
+                return None
+            nodes = json.loads(r.stdout)["nodes"]
+            return sorted(n["node"] for n in nodes) == ["a", "b", "c"]
+        self.assertTrue(poll(listed))
+        r = self.fleet["b"].esictl("fleet")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn("node b", r.stdout.decode())
+
+
+class FleetRestartTest(FleetTestCase):
+    def test_a_node_whose_esid_was_killed_replays_what_it_missed(self):
+        self.cache_everywhere("/r1", "/r2", "/keep")
+        b = self.fleet["b"]
+        b.esid.kill()
+        self.purge(self.fleet["a"], "/r1")
+        self.purge(self.fleet["c"], "/r2")
+        self.await_files(self.fleet["a"], 1)
+        self.await_files(self.fleet["c"], 1)
+        self.assertEqual(len(b.cache_files()), 3)  # nobody could tell b
+        self.start_fleet_esid(b)
+        self.await_files(b, 1)
+        self.assertMiss(b, "/r1")
+        self.assertMiss(b, "/r2")
+        self.assertEqual(self.fleet_stats(b)["fleet_gaps"], 0)
+
+    def test_purges_on_both_sides_of_a_redis_restart_reach_every_node(self):
+        self.cache_everywhere("/x1", "/x2")
+        a = self.fleet["a"]
+        self.purge(a, "/x1")
+        for node in self.fleet.values():
+            self.await_files(node, 1)
+        self.redis.stop()
+        self.assertTrue(poll(lambda: self.fleet_stats(a)["fleet_connected"] == 0))
+        r = a.esictl("purge", "--json", "pages", "/x2")
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertEqual(json.loads(r.stdout)["fleet"], "pending")
+        self.assertEqual(a.cache_files(), [])  # local purges work as ever
+        self.start_redis()
+        for node in self.fleet.values():
+            self.await_files(node, 0)
+        self.assertMiss(self.fleet["c"], "/x1")
+        self.assertMiss(self.fleet["c"], "/x2")
+        self.assertEqual(self.fleet_stats(a)["fleet_published"], 2)
+
+
+class FleetGapCase(FleetTestCase):
+    def make_gap(self):
+        """c is down while a purges /g and the stream is trimmed."""
+        self.cache_everywhere("/g", "/untouched")
+        c = self.fleet["c"]
+        c.esid.stop()
+        self.purge(self.fleet["a"], "/g")
+        self.await_files(self.fleet["b"], 1)
+        self.redis_cli("XTRIM", STREAM, "MAXLEN", "0")
+        self.start_fleet_esid(c)
+        self.assertTrue(poll(lambda: self.fleet_stats(c)["fleet_gaps"] == 1))
+        return c
+
+
+class FleetGapTest(FleetGapCase):
+    def test_a_node_that_lost_purges_purges_its_zone_entirely(self):
+        c = self.make_gap()
+        self.await_files(c, 0)  # the unpurged /untouched went too
+        self.assertMiss(c, "/untouched")
+        self.assertIn("purges lost", c.esid.stderr())
+        _, headers, _ = self.fleet["b"].get("/untouched")
+        self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+
+
+class FleetGapLogTest(FleetGapCase):
+    ON_GAP = "log"
+
+    def test_with_on_gap_log_a_node_only_says_so(self):
+        c = self.make_gap()
+        self.assertIn("fleet_on_gap = log", c.esid.stderr())
+        self.assertEqual(len(c.cache_files()), 2)
+
+
+class FleetBadEntryTest(FleetTestCase):
+    NODES = ("a", "b")
+
+    def test_entries_that_are_not_purges_are_skipped_and_esid_lives(self):
+        self.cache_everywhere("/ok", "/keep")
+        base = ["XADD", STREAM, "*", "v", "1", "node", "evil", "uid", "e:1:1"]
+        self.redis_cli(*base, "zone", "pages", "kind", "flushall", "value", "x")
+        self.redis_cli(*base, "zone", "nosuchzone", "kind", "key", "value", "/keep")
+        self.redis_cli(*base, "zone", "pages", "kind", "key",
+                       "value", "/" + "k" * 70000)
+        self.redis_cli("XADD", STREAM, "*", "garbage", "1")
+        self.redis_cli(*base, "zone", "pages", "kind", "key", "value", "/keep",
+                       "command", "FLUSHALL")
+        self.purge(self.fleet["a"], "/ok")
+        b = self.fleet["b"]
+        self.await_files(b, 1)
+        self.assertTrue(poll(lambda: self.fleet_stats(b)["fleet_skipped"] == 5))
+        self.assertTrue(b.esid.alive())
+        _, headers, _ = b.get("/keep")
+        self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+
+
+if __name__ == "__main__":
+    unittest.main()
