@@ -408,6 +408,7 @@ typedef struct {
     ngx_uint_t                 count;       /* files removed */
     ngx_uint_t                 status;
     ngx_str_t                  error;
+    ngx_str_t                 *fleet;       /* Cache-Purge-Fleet, or NULL */
 
     ngx_event_t                timer;
     ngx_event_t                finish;

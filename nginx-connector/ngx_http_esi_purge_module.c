@@ -48,7 +48,19 @@ static ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf,
 static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
 
 
-/* Cache-Purge-Result's first word, by NGX_HTTP_ESI_PURGE_KEY ... _TAG */
+/*
+ * Cache-Purge-Fleet, what esid did with the purge for the other NGINX of
+ * its fleet (Purged.fleet); of several answers the least done says
+ */
+
+static ngx_str_t  ngx_http_esi_purge_fleet_states[] = {
+    ngx_string("refused"),
+    ngx_string("pending"),
+    ngx_string("published")
+};
+
+
+/* Cache-Purge-Result's first word, by NGX_HTTP_ESI_PURGE_KEY ... _ALL */
 
 static ngx_str_t  ngx_http_esi_purge_kinds[] = {
     ngx_string("exact"),
@@ -153,8 +165,9 @@ static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 ngx_int_t
 ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
 {
-    size_t                  n, len;
-    const char             *error;
+    size_t                  n, len, fleet_len;
+    ngx_uint_t              i;
+    const char             *error, *fleet;
     const uint8_t          *files;
     esi_wire_struct_t       purged;
     ngx_http_esi_daemon_t  *d;
@@ -166,11 +179,30 @@ ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
            != 0
         || len % NGX_HTTP_CACHE_KEY_LEN != 0
         || esi_wire_get_text(&purged, ESI_WIRE_PURGED_ERROR_PTR, &error, &n)
+           != 0
+        || esi_wire_get_text(&purged, ESI_WIRE_PURGED_FLEET_PTR, &fleet,
+                             &fleet_len)
            != 0)
     {
         ngx_log_error(NGX_LOG_ERR, d->log, 0,
                       "esi: malformed purge answer from esid");
         return NGX_ERROR;
+    }
+
+    for (i = 0; fleet_len && i < 3; i++) {
+        if (fleet_len == ngx_http_esi_purge_fleet_states[i].len
+            && ngx_strncmp(fleet, ngx_http_esi_purge_fleet_states[i].data,
+                           fleet_len)
+               == 0)
+        {
+            if (p->fleet == NULL
+                || p->fleet > &ngx_http_esi_purge_fleet_states[i])
+            {
+                p->fleet = &ngx_http_esi_purge_fleet_states[i];
+            }
+
+            break;
+        }
     }
 
     if (esi_wire_bool(&purged, ESI_WIRE_PURGED_SCANNED_BIT)) {
@@ -1061,6 +1093,17 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
         h->value.len = ngx_sprintf(h->value.data, "%V; count=%ui",
                                    kind, p->count)
                        - h->value.data;
+    }
+
+    if (p->fleet) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Cache-Purge-Fleet");
+        h->value = *p->fleet;
     }
 
     escape = 2 * ngx_escape_html(NULL, p->key.data, p->key.len)

@@ -145,7 +145,8 @@ class FleetTestCase(EsiTestCase):
 class FleetPurgeTest(FleetTestCase):
     def test_a_purge_at_one_node_leaves_no_file_at_the_others(self):
         self.cache_everywhere("/p", "/keep")
-        self.purge(self.fleet["a"], "/p")
+        r = self.purge(self.fleet["a"], "/p")
+        self.assertEqual(r.header("Cache-Purge-Fleet"), "published")
         for name in ("b", "c"):
             self.await_files(self.fleet[name], 1)
             self.assertMiss(self.fleet[name], "/p")
@@ -217,23 +218,26 @@ class FleetRestartTest(FleetTestCase):
         self.assertEqual(self.fleet_stats(b)["fleet_gaps"], 0)
 
     def test_purges_on_both_sides_of_a_redis_restart_reach_every_node(self):
-        self.cache_everywhere("/x1", "/x2")
+        self.cache_everywhere("/x1", "/x2", "/x3")
         a = self.fleet["a"]
         self.purge(a, "/x1")
         for node in self.fleet.values():
-            self.await_files(node, 1)
+            self.await_files(node, 2)
         self.redis.stop()
         self.assertTrue(poll(lambda: self.fleet_stats(a)["fleet_connected"] == 0))
         r = a.esictl("purge", "--json", "pages", "/x2")
         self.assertEqual(r.returncode, 0, r.stderr.decode())
         self.assertEqual(json.loads(r.stdout)["fleet"], "pending")
+        # over HTTP too, the answer says the fleet has it yet to come
+        r = self.purge(a, "/x3")
+        self.assertEqual(r.header("Cache-Purge-Fleet"), "pending")
         self.assertEqual(a.cache_files(), [])  # local purges work as ever
         self.start_redis()
         for node in self.fleet.values():
             self.await_files(node, 0)
-        self.assertMiss(self.fleet["c"], "/x1")
-        self.assertMiss(self.fleet["c"], "/x2")
-        self.assertEqual(self.fleet_stats(a)["fleet_published"], 2)
+        for path in ("/x1", "/x2", "/x3"):
+            self.assertMiss(self.fleet["c"], path)
+        self.assertEqual(self.fleet_stats(a)["fleet_published"], 3)
 
 
 class FleetGapCase(FleetTestCase):
