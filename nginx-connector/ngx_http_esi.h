@@ -372,6 +372,9 @@ typedef struct {
     ngx_array_t                zones;       /* of ngx_shm_zone_t * */
     ngx_array_t               *tag_headers; /* of ngx_str_t */
     ngx_str_t                  tag_names;   /* the same, space separated */
+    ngx_array_t                named;       /* zone=NAME locations, of
+                                               ngx_http_esi_purge_loc_conf_t *,
+                                               their zones found at the end */
 } ngx_http_esi_purge_main_conf_t;
 
 
@@ -380,7 +383,9 @@ typedef struct {
     ngx_array_t               *methods;     /* of ngx_str_t */
     ngx_array_t               *from;        /* of ngx_cidr_t; NULL: all */
     ngx_shm_zone_t            *zone;
+    ngx_str_t                  zone_name;   /* zone=NAME */
     ngx_http_complex_value_t  *key;
+    ngx_flag_t                 key_checked; /* against a cached response's */
 } ngx_http_esi_purge_loc_conf_t;
 
 

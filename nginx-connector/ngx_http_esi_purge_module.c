@@ -32,6 +32,8 @@ static void ngx_http_esi_purge_log(ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_report(ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_cleanup(void *data);
 static ngx_int_t ngx_http_esi_purge_header_filter(ngx_http_request_t *r);
+static void ngx_http_esi_purge_check_key(ngx_http_request_t *r,
+    ngx_http_esi_purge_loc_conf_t *plcf);
 static void *ngx_http_esi_purge_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_esi_purge_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_esi_purge_create_loc_conf(ngx_conf_t *cf);
@@ -45,6 +47,9 @@ static char *ngx_http_esi_purge_tag_headers(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf,
     ngx_shm_zone_t *zone);
+static ngx_shm_zone_t *ngx_http_esi_purge_cache_zone(ngx_conf_t *cf);
+static ngx_int_t ngx_http_esi_purge_named_zones(ngx_conf_t *cf,
+    ngx_http_esi_purge_main_conf_t *pmcf);
 static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
 
 
@@ -154,8 +159,20 @@ ngx_module_t  ngx_http_esi_purge_module = {
 };
 
 
-/* the proxy module's loc conf starts with its ngx_http_upstream_conf_t */
-extern ngx_module_t  ngx_http_proxy_module;
+/*
+ * The upstream modules whose caches a purge can purge, by name (an nginx
+ * may be built without any of them): each one's location configuration
+ * starts with its ngx_http_upstream_conf_t, and its *_cache_path zones are
+ * tagged with the module.
+ */
+
+static char  *ngx_http_esi_purge_cache_modules[] = {
+    "ngx_http_proxy_module",
+    "ngx_http_fastcgi_module",
+    "ngx_http_uwsgi_module",
+    "ngx_http_scgi_module",
+    NULL
+};
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 
@@ -1283,15 +1300,92 @@ ngx_http_esi_purge_cleanup(void *data)
 static ngx_int_t
 ngx_http_esi_purge_header_filter(ngx_http_request_t *r)
 {
+    ngx_http_esi_purge_loc_conf_t   *plcf;
     ngx_http_esi_purge_main_conf_t  *pmcf;
 
     pmcf = ngx_http_get_module_main_conf(r, ngx_http_esi_purge_module);
 
     if (r->cache && pmcf->zones.nelts) {
         ngx_http_esi_purge_index_report(r, pmcf);
+
+        plcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_purge_module);
+
+        if (plcf->purge == NGX_HTTP_ESI_PURGE_METHOD && !plcf->key_checked) {
+            ngx_http_esi_purge_check_key(r, plcf);
+        }
     }
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * The same-location form purges esi_cache_purge_key, which must be the
+ * location's *_cache_key (their configuration is private to each upstream
+ * module): the first cached response a worker sends from the location
+ * tells, and a key that differs is an error in the log, not a silent miss
+ * on every purge.
+ */
+
+static void
+ngx_http_esi_purge_check_key(ngx_http_request_t *r,
+    ngx_http_esi_purge_loc_conf_t *plcf)
+{
+    u_char            *p;
+    size_t             len;
+    ngx_str_t          key, *part, cached;
+    ngx_uint_t         i;
+    ngx_http_cache_t  *c;
+
+    c = r->cache;
+
+    if (ngx_http_complex_value(r, plcf->key, &key) != NGX_OK) {
+        return;
+    }
+
+    plcf->key_checked = 1;
+
+    len = 0;
+    part = c->keys.elts;
+
+    for (i = 0; i < c->keys.nelts; i++) {
+        len += part[i].len;
+    }
+
+    if (len == key.len) {
+        p = key.data;
+
+        for (i = 0; i < c->keys.nelts; i++) {
+            if (ngx_memcmp(p, part[i].data, part[i].len) != 0) {
+                break;
+            }
+
+            p += part[i].len;
+        }
+
+        if (i == c->keys.nelts) {
+            return;
+        }
+    }
+
+    cached.data = ngx_pnalloc(r->pool, len);
+    if (cached.data == NULL) {
+        return;
+    }
+
+    p = cached.data;
+
+    for (i = 0; i < c->keys.nelts; i++) {
+        p = ngx_cpymem(p, part[i].data, part[i].len);
+    }
+
+    cached.len = len;
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "esi: esi_cache_purge_key gives \"%V\" where the cache key "
+                  "is \"%V\": purges in this location miss; make "
+                  "esi_cache_purge_key the location's *_cache_key",
+                  &key, &cached);
 }
 
 
@@ -1309,6 +1403,13 @@ ngx_http_esi_purge_create_main_conf(ngx_conf_t *cf)
     pmcf->timeout = NGX_CONF_UNSET_MSEC;
 
     if (ngx_array_init(&pmcf->zones, cf->pool, 4, sizeof(ngx_shm_zone_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    if (ngx_array_init(&pmcf->named, cf->pool, 2,
+                       sizeof(ngx_http_esi_purge_loc_conf_t *))
         != NGX_OK)
     {
         return NULL;
@@ -1402,7 +1503,6 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_esi_purge_loc_conf_t *prev = parent;
     ngx_http_esi_purge_loc_conf_t *conf = child;
 
-    ngx_http_upstream_conf_t          *ucf;
     ngx_http_compile_complex_value_t   ccv;
 
     static ngx_str_t  default_key = ngx_string("$uri$is_args$args");
@@ -1431,27 +1531,18 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->purge == NGX_HTTP_ESI_PURGE_METHOD) {
 
-        /*
-         * The zone is the location's proxy_cache zone.  The proxy module's
-         * loc conf is private, but it starts with its ngx_http_upstream_conf_t
-         * (public), whose cache_zone is the zone "proxy_cache NAME" set.  A
-         * dynamic module comes after the proxy module, so the proxy's loc
-         * conf is already merged here.
-         */
+        conf->zone = ngx_http_esi_purge_cache_zone(cf);
 
-        ucf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_proxy_module);
-
-        if (ucf == NULL || ucf->cache_zone == NULL) {
+        if (conf->zone == NULL) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"esi_cache_purge %V\" needs \"proxy_cache\" "
-                               "with a zone name in the same location, or "
-                               "use \"esi_cache_purge zone=NAME key=KEY\" "
-                               "in a location of its own",
+                               "\"esi_cache_purge %V\" needs \"proxy_cache\", "
+                               "\"fastcgi_cache\", \"uwsgi_cache\" or "
+                               "\"scgi_cache\" with a zone name in the same "
+                               "location, or use \"esi_cache_purge zone=NAME "
+                               "key=KEY\" in a location of its own",
                                conf->methods->elts);
             return NGX_CONF_ERROR;
         }
-
-        conf->zone = ucf->cache_zone;
 
         if (ngx_http_esi_purge_add_zone(cf, conf->zone) != NGX_OK) {
             return NGX_CONF_ERROR;
@@ -1476,9 +1567,10 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_str_t                         *value, *method, name, key;
     ngx_uint_t                         i, k, from;
     ngx_cidr_t                        *cidr;
-    ngx_shm_zone_t                    *zone;
     ngx_http_core_loc_conf_t          *clcf;
     ngx_http_compile_complex_value_t   ccv;
+    ngx_http_esi_purge_loc_conf_t    **named;
+    ngx_http_esi_purge_main_conf_t    *pmcf;
 
     if (plcf->purge != NGX_HTTP_ESI_PURGE_OFF) {
         return "is duplicate";
@@ -1515,13 +1607,6 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             return "needs \"zone=NAME\" and \"key=KEY\"";
         }
 
-        /* the tag proxy_cache_path uses; its data is the cache at run time */
-
-        zone = ngx_shared_memory_add(cf, &name, 0, &ngx_http_proxy_module);
-        if (zone == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
         ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
 
         ccv.cf = cf;
@@ -1537,15 +1622,23 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
 
         plcf->purge = NGX_HTTP_ESI_PURGE_LOCATION;
-        plcf->zone = zone;
+        plcf->zone_name = name;
         plcf->key = ccv.complex_value;
 
         clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
         clcf->handler = ngx_http_esi_purge_handler;
 
-        if (ngx_http_esi_purge_add_zone(cf, zone) != NGX_OK) {
+        /* any *_cache_path may declare the zone, before or after this */
+
+        pmcf = ngx_http_conf_get_module_main_conf(cf,
+                                                  ngx_http_esi_purge_module);
+
+        named = ngx_array_push(&pmcf->named);
+        if (named == NULL) {
             return NGX_CONF_ERROR;
         }
+
+        *named = plcf;
 
         return NGX_CONF_OK;
     }
@@ -1751,11 +1844,128 @@ ngx_http_esi_purge_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone)
 }
 
 
+/*
+ * The cache zone of the location being merged: proxy_cache's,
+ * fastcgi_cache's, ...  A dynamic module comes after them, so their
+ * configuration is already merged here.
+ */
+
+static ngx_shm_zone_t *
+ngx_http_esi_purge_cache_zone(ngx_conf_t *cf)
+{
+    ngx_uint_t                 i, k;
+    ngx_http_conf_ctx_t       *ctx;
+    ngx_http_upstream_conf_t  *ucf;
+
+    ctx = cf->ctx;
+
+    for (i = 0; cf->cycle->modules[i]; i++) {
+        for (k = 0; ngx_http_esi_purge_cache_modules[k]; k++) {
+            if (ngx_strcmp(cf->cycle->modules[i]->name,
+                           ngx_http_esi_purge_cache_modules[k])
+                != 0)
+            {
+                continue;
+            }
+
+            ucf = ctx->loc_conf[cf->cycle->modules[i]->ctx_index];
+
+            if (ucf && ucf->cache_zone) {
+                return ucf->cache_zone;
+            }
+        }
+    }
+
+    return NULL;
+}
+
+
+/* the zones of esi_cache_purge zone=NAME, once every *_cache_path is read */
+
+static ngx_int_t
+ngx_http_esi_purge_named_zones(ngx_conf_t *cf,
+    ngx_http_esi_purge_main_conf_t *pmcf)
+{
+    ngx_uint_t                       i, k, n;
+    ngx_module_t                    *m;
+    ngx_shm_zone_t                  *zone;
+    ngx_list_part_t                 *part;
+    ngx_http_esi_purge_loc_conf_t  **named;
+
+    named = pmcf->named.elts;
+
+    for (n = 0; n < pmcf->named.nelts; n++) {
+
+        part = &cf->cycle->shared_memory.part;
+        zone = part->elts;
+
+        for (i = 0; /* void */; i++) {
+
+            if (i >= part->nelts) {
+                if (part->next == NULL) {
+                    break;
+                }
+
+                part = part->next;
+                zone = part->elts;
+                i = 0;
+            }
+
+            if (zone[i].shm.name.len != named[n]->zone_name.len
+                || ngx_strncmp(zone[i].shm.name.data,
+                               named[n]->zone_name.data,
+                               named[n]->zone_name.len)
+                   != 0)
+            {
+                continue;
+            }
+
+            m = zone[i].tag;
+
+            for (k = 0; ngx_http_esi_purge_cache_modules[k]; k++) {
+                if (ngx_strcmp(m->name, ngx_http_esi_purge_cache_modules[k])
+                    == 0)
+                {
+                    named[n]->zone = &zone[i];
+                    break;
+                }
+            }
+
+            if (named[n]->zone) {
+                break;
+            }
+        }
+
+        if (named[n]->zone == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"esi_cache_purge zone=%V\": no proxy_cache_path, "
+                          "fastcgi_cache_path, uwsgi_cache_path or "
+                          "scgi_cache_path declares that keys_zone",
+                          &named[n]->zone_name);
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_esi_purge_add_zone(cf, named[n]->zone) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_esi_purge_module_init(ngx_conf_t *cf)
 {
-    ngx_http_handler_pt        *h;
-    ngx_http_core_main_conf_t  *cmcf;
+    ngx_http_handler_pt             *h;
+    ngx_http_core_main_conf_t       *cmcf;
+    ngx_http_esi_purge_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_purge_module);
+
+    if (ngx_http_esi_purge_named_zones(cf, pmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     /*
      * the same-location purge: before the access phase, so that "satisfy
