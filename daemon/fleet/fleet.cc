@@ -44,11 +44,6 @@ bool isString(const redisReply* r) {
   return r != nullptr && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }
 
-void closeTimer(uv_timer_t* timer) {
-  uv_close(reinterpret_cast<uv_handle_t*>(timer),
-           [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
-}
-
 using Pairs = std::vector<std::pair<std::string_view, const redisReply*>>;
 
 // A field/value array (XINFO, HGETALL) as pairs; nullopt if it is not one.

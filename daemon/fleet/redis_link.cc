@@ -30,12 +30,12 @@ int parsePart(std::string_view text, int low, int high, std::string_view what) {
   return value;
 }
 
+}  // namespace
+
 void closeTimer(uv_timer_t* timer) {
   uv_close(reinterpret_cast<uv_handle_t*>(timer),
            [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
 }
-
-}  // namespace
 
 std::string RedisAddress::text() const {
   const bool v6 = host.find(':') != std::string::npos;

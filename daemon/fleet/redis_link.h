@@ -20,6 +20,9 @@ struct redisReply;
 
 namespace esi {
 
+// Closes a timer made with new; the loop deletes it once it is closed.
+void closeTimer(uv_timer_t* timer);
+
 struct RedisAddress {
   std::string host = "127.0.0.1";
   int port = 6379;
