@@ -708,9 +708,8 @@ ngx_http_esi_stitch_check(ngx_conf_t *cf, ngx_http_esi_loc_conf_t *elcf)
 
     if (!ngx_http_esi_stitch_placed(cf->cycle)) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"esi_stitch\" requires the module loaded with "
-                           "load_module, where its second filter sits below "
-                           "postpone; it was built into nginx");
+                           "\"esi_stitch\" requires its second filter below "
+                           "postpone, and this nginx places it elsewhere");
         return NGX_ERROR;
     }
 

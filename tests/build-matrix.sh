@@ -75,7 +75,7 @@ connector=$root/nginx-connector
 variants=(
     "nogzip|--add-dynamic-module=$connector|--without-http_gzip_module --with-http_gunzip_module|1|test_markup test_headers test_build_matrix"
     "nozlib|--add-dynamic-module=$connector|--without-http_gzip_module|0|test_markup test_headers test_build_matrix"
-    "static|--add-module=$connector|--with-http_gunzip_module|1|test_markup test_headers test_cache test_gzip"
+    "static|--add-module=$connector|--with-http_gunzip_module|1|test_markup test_headers test_cache test_gzip test_defaults"
 )
 config_hash=$(cat "$connector/config" "$0" | sha256sum | cut -d' ' -f1)
 
