@@ -386,6 +386,7 @@ typedef struct {
     ngx_str_t                  zone_name;   /* zone=NAME */
     ngx_http_complex_value_t  *key;
     ngx_flag_t                 key_checked; /* against a cached response's */
+    ngx_flag_t                 soft;        /* esi_cache_purge_soft */
 } ngx_http_esi_purge_loc_conf_t;
 
 
@@ -420,6 +421,7 @@ typedef struct {
 
     unsigned                   in_table:1;
     unsigned                   scanned:1;
+    unsigned                   soft:1;      /* mark stale, keep the files */
 } ngx_http_esi_purge_t;
 
 

@@ -17,10 +17,13 @@ static ngx_int_t ngx_http_esi_purge_init(ngx_http_esi_purge_t *p,
     ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_purge_tags(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p);
+static ngx_uint_t ngx_http_esi_purge_soft_header(ngx_table_elt_t *h);
 static ngx_int_t ngx_http_esi_purge_pattern(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p, ngx_str_t *pattern);
 static ngx_int_t ngx_http_esi_purge_send(ngx_http_esi_purge_t *p);
 static ngx_uint_t ngx_http_esi_purge_file(ngx_http_esi_purge_t *p,
+    const u_char *key);
+static ngx_uint_t ngx_http_esi_purge_stale(ngx_http_esi_purge_t *p,
     const u_char *key);
 static ngx_http_file_cache_node_t *ngx_http_esi_cache_lookup(
      ngx_http_file_cache_t *cache, const u_char *key);
@@ -101,6 +104,13 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
       ngx_http_set_complex_value_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_purge_loc_conf_t, key),
+      NULL },
+
+    { ngx_string("esi_cache_purge_soft"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_loc_conf_t, soft),
       NULL },
 
     { ngx_string("esi_purge_index"),
@@ -364,6 +374,8 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    p->soft = plcf->soft;
+
     rc = ngx_http_esi_purge_tags(r, p);
 
     if (rc == NGX_ERROR) {
@@ -514,6 +526,7 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
     p->order = order;
 
     which = esi_wire_u16(&purge, ESI_WIRE_PURGE_WHICH_OFFSET);
+    p->soft = esi_wire_bool(&purge, ESI_WIRE_PURGE_SOFT_BIT);
 
     switch (which) {
 
@@ -603,8 +616,9 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
 /*
  * A tag header in the request makes it a purge by tag, one per tag: any of
  * esi_purge_tag_headers (Surrogate-Key, xkey, Cache-Tags, ...), and
- * xkey-purge and xkey-softpurge as FOSHttpCache sends them (a soft purge is
- * carried out as a purge).  X-Magento-Tags-Pattern is a pattern of tags.
+ * xkey-purge and xkey-softpurge as FOSHttpCache sends them.
+ * X-Magento-Tags-Pattern is a pattern of tags.  xkey-softpurge,
+ * Fastly-Soft-Purge: 1 and X-Magento-Purge-Soft: 1 make the purge soft.
  * NGX_DECLINED: a pattern this module does not evaluate; NGX_ABORT: a tag
  * header with no tag in it.
  */
@@ -637,6 +651,11 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
             i = 0;
         }
 
+        if (ngx_http_esi_purge_soft_header(&h[i])) {
+            p->soft = 1;
+            continue;
+        }
+
         if (h[i].key.len == sizeof("X-Magento-Tags-Pattern") - 1
             && ngx_strncasecmp(h[i].key.data,
                                (u_char *) "X-Magento-Tags-Pattern",
@@ -664,6 +683,10 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
                     == 0))
         {
             continue;
+        }
+
+        if (h[i].key.len == sizeof("xkey-softpurge") - 1) {
+            p->soft = 1;
         }
 
         if (p->tags == NULL) {
@@ -708,6 +731,27 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
     }
 
     return NGX_OK;
+}
+
+
+/* Fastly-Soft-Purge: 1 (Fastly's API), X-Magento-Purge-Soft: 1 */
+
+static ngx_uint_t
+ngx_http_esi_purge_soft_header(ngx_table_elt_t *h)
+{
+    if (h->value.len != 1 || h->value.data[0] != '1') {
+        return 0;
+    }
+
+    return (h->key.len == sizeof("Fastly-Soft-Purge") - 1
+            && ngx_strncasecmp(h->key.data, (u_char *) "Fastly-Soft-Purge",
+                               h->key.len)
+               == 0)
+           || (h->key.len == sizeof("X-Magento-Purge-Soft") - 1
+               && ngx_strncasecmp(h->key.data,
+                                  (u_char *) "X-Magento-Purge-Soft",
+                                  h->key.len)
+                  == 0);
 }
 
 
@@ -868,6 +912,7 @@ ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
     esi_wire_set_u16(&purge, ESI_WIRE_PURGE_WHICH_OFFSET, which);
     (void) esi_wire_set_text(&purge, ptr, (const char *) value->data,
                              value->len);
+    esi_wire_set_bool(&purge, ESI_WIRE_PURGE_SOFT_BIT, p->soft);
 
     if (esi_wire_finish(&b) != need) {
         return NGX_ERROR;
@@ -905,6 +950,11 @@ ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
     ngx_http_file_cache_node_t  *fcn;
 
     cache = p->cache;
+
+    if (p->soft) {
+        return ngx_http_esi_purge_stale(p, key);
+    }
+
     marked = 0;
     unlinked = 0;
 
@@ -949,6 +999,77 @@ ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
 
 
 /* ngx_http_file_cache_lookup(), which is static */
+
+/*
+ * A soft purge: the file stays and is marked stale, as NGINX reads an
+ * object's freshness from its file's header on every hit (valid_sec): the
+ * next request finds it expired, and with proxy_cache_use_stale updating
+ * and proxy_cache_background_update is answered from it while NGINX
+ * fetches it again.  NGINX updates that header in place the same way.
+ */
+
+static ngx_uint_t
+ngx_http_esi_purge_stale(ngx_http_esi_purge_t *p, const u_char *key)
+{
+    u_char                 *last;
+    time_t                  valid;
+    ssize_t                 n;
+    uint64_t                version;
+    ngx_fd_t                fd;
+    ngx_uint_t              marked;
+    ngx_http_file_cache_t  *cache;
+
+    cache = p->cache;
+
+    last = ngx_hex_dump(p->name + cache->path->name.len + 1 + cache->path->len,
+                        (u_char *) key, NGX_HTTP_CACHE_KEY_LEN);
+    *last = '\0';
+
+    ngx_create_hashed_filename(cache->path, p->name, p->name_len);
+
+    fd = ngx_open_file(p->name, NGX_FILE_RDWR, NGX_FILE_OPEN, 0);
+
+    if (fd == NGX_INVALID_FILE) {
+        if (ngx_errno != NGX_ENOENT) {
+            ngx_log_error(NGX_LOG_CRIT, p->log, ngx_errno,
+                          ngx_open_file_n " \"%s\" failed", p->name);
+        }
+
+        return 0;
+    }
+
+    marked = 0;
+
+    /* only a header of this NGINX's version is written to */
+
+    n = pread(fd, &version, sizeof(uint64_t), 0);
+
+    if (n == sizeof(uint64_t) && version == NGX_HTTP_CACHE_VERSION) {
+        valid = ngx_time() - 1;
+
+        n = pwrite(fd, &valid, sizeof(time_t),
+                   offsetof(ngx_http_file_cache_header_t, valid_sec));
+
+        if (n == sizeof(time_t)) {
+            marked = 1;
+
+        } else {
+            ngx_log_error(NGX_LOG_CRIT, p->log, ngx_errno,
+                          "pwrite() \"%s\" failed", p->name);
+        }
+    }
+
+    if (ngx_close_file(fd) == NGX_FILE_ERROR) {
+        ngx_log_error(NGX_LOG_ALERT, p->log, ngx_errno,
+                      ngx_close_file_n " \"%s\" failed", p->name);
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, p->log, 0,
+                   "esi purge file \"%s\" marked stale:%ui", p->name, marked);
+
+    return marked;
+}
+
 
 static ngx_http_file_cache_node_t *
 ngx_http_esi_cache_lookup(ngx_http_file_cache_t *cache, const u_char *key)
@@ -1102,13 +1223,13 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 
         h->value.data = ngx_pnalloc(r->pool,
                                     kind->len + sizeof("; count=") - 1
-                                    + NGX_INT_T_LEN);
+                                    + NGX_INT_T_LEN + sizeof("; soft") - 1);
         if (h->value.data == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        h->value.len = ngx_sprintf(h->value.data, "%V; count=%ui",
-                                   kind, p->count)
+        h->value.len = ngx_sprintf(h->value.data, "%V; count=%ui%s",
+                                   kind, p->count, p->soft ? "; soft" : "")
                        - h->value.data;
     }
 
@@ -1493,6 +1614,8 @@ ngx_http_esi_purge_create_loc_conf(ngx_conf_t *cf)
      *     plcf->key = NULL;
      */
 
+    plcf->soft = NGX_CONF_UNSET;
+
     return plcf;
 }
 
@@ -1506,6 +1629,8 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_compile_complex_value_t   ccv;
 
     static ngx_str_t  default_key = ngx_string("$uri$is_args$args");
+
+    ngx_conf_merge_value(conf->soft, prev->soft, 0);
 
     if (conf->key == NULL) {
         conf->key = prev->key;

@@ -107,6 +107,10 @@ struct Purge {
     tag @3 :Text;
     # Every object carrying this Surrogate-Key or xkey tag.
   }
+  soft @4 :Bool;
+  # A soft purge: the files are marked stale, not removed (the worker
+  # writes a past valid_sec into each one's header), so esid's index keeps
+  # them.
 }
 
 struct Open {

@@ -68,6 +68,7 @@ std::vector<std::pair<std::string, std::string>> encodeEntry(const FleetEntry& e
       {"value", entry.query.value},
       {"uid", entry.uid}};
   if (entry.askAcks) fields.emplace_back("ack", "1");
+  if (entry.query.soft) fields.emplace_back("soft", "1");
   return fields;
 }
 
@@ -85,7 +86,7 @@ std::string checkEntry(const FleetEntry& entry) {
 
 std::optional<FleetEntry> decodeEntry(
     const std::vector<std::pair<std::string_view, std::string_view>>& fields, std::string* why) {
-  std::optional<std::string_view> version, node, zone, kind, value, uid, ack;
+  std::optional<std::string_view> version, node, zone, kind, value, uid, ack, soft;
   for (const auto& [name, text] : fields) {
     std::optional<std::string_view>* slot = nullptr;
     if (name == "v") slot = &version;
@@ -95,6 +96,7 @@ std::optional<FleetEntry> decodeEntry(
     else if (name == "value") slot = &value;
     else if (name == "uid") slot = &uid;
     else if (name == "ack") slot = &ack;
+    else if (name == "soft") slot = &soft;
     if (slot == nullptr) {
       *why = "unknown field \"" + std::string(name.substr(0, 64)) + "\"";
       return std::nullopt;
@@ -128,11 +130,16 @@ std::optional<FleetEntry> decodeEntry(
     *why = "ack is not \"1\"";
     return std::nullopt;
   }
+  if (soft && *soft != "1") {
+    *why = "soft is not \"1\"";
+    return std::nullopt;
+  }
   entry.node = *node;
   entry.query.zone = *zone;
   entry.query.value = *value;
   entry.uid = *uid;
   entry.askAcks = ack.has_value();
+  entry.query.soft = soft.has_value();
   if (std::string problem = checkEntry(entry); !problem.empty()) {
     *why = std::move(problem);
     return std::nullopt;

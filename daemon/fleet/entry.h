@@ -45,7 +45,7 @@ constexpr size_t kMaxNodeNameBytes = 255;
 constexpr size_t kMaxUidBytes = 512;
 
 // The stream fields of an entry, for XADD: v, node, zone, kind, value, uid
-// and, when asked, ack.
+// and, when asked, ack; soft for a soft purge.
 std::vector<std::pair<std::string, std::string>> encodeEntry(const FleetEntry& entry);
 
 // The entry these fields are, or nullopt with *why saying what is wrong: an

@@ -48,6 +48,22 @@ TEST(FleetEntry, EveryKindSurvivesTheStream) {
   }
 }
 
+TEST(FleetEntry, ASoftPurgeStaysSoft) {
+  FleetEntry e = entry("pages", PurgeQuery::Kind::kTag, "t1");
+  std::string why;
+  auto hard = roundTrip(e, &why);
+  ASSERT_TRUE(hard) << why;
+  EXPECT_FALSE(hard->query.soft);
+  e.query.soft = true;
+  auto soft = roundTrip(e, &why);
+  ASSERT_TRUE(soft) << why;
+  EXPECT_TRUE(soft->query.soft);
+  auto fields = encodeEntry(e);
+  Fields bad;
+  for (const auto& [name, value] : fields) bad.emplace_back(name, name == "soft" ? "yes" : value);
+  EXPECT_FALSE(decodeEntry(bad, &why));
+}
+
 TEST(FleetEntry, AnEmptyPrefixIsAWholeZoneButAnEmptyKeyOrTagIsRefused) {
   std::string why;
   EXPECT_TRUE(roundTrip(entry("pages", PurgeQuery::Kind::kKeyPrefix, ""), &why));

@@ -188,7 +188,8 @@ class TestWorker {
     });
   }
 
-  void purgeKey(uint32_t id, const std::string& zone, const std::string& key) {
+  void purgeKey(uint32_t id, const std::string& zone, const std::string& key,
+                bool soft = false) {
     received.purgedFiles.clear();
     received.purgeDone = false;
     send(id, ESI_WIRE_REQUEST_PURGE_WHICH, [&](esi_wire_out_t* req) {
@@ -198,6 +199,7 @@ class TestWorker {
       esi_wire_set_text(&p, ESI_WIRE_PURGE_ZONE_PTR, zone.data(), zone.size());
       esi_wire_set_u16(&p, ESI_WIRE_PURGE_WHICH_OFFSET, ESI_WIRE_PURGE_KEY_WHICH);
       esi_wire_set_text(&p, ESI_WIRE_PURGE_KEY_PTR, key.data(), key.size());
+      esi_wire_set_bool(&p, ESI_WIRE_PURGE_SOFT_BIT, soft);
     });
   }
 
@@ -910,6 +912,31 @@ TEST_F(WorkerSessionTest, PurgeFindsEveryVariantByScanThenByIndex) {
   awaitPurged();
   EXPECT_FALSE(worker_->received.purgeScanned);
   EXPECT_EQ(worker_->received.purgedFiles, std::vector<std::string>{md5ToHex(variant)});
+  EXPECT_FALSE(fatal_);
+  std::system(("rm -rf " + root).c_str());
+}
+
+TEST_F(WorkerSessionTest, ASoftPurgeLeavesItsFilesInTheIndex) {
+  const std::string root = ::testing::TempDir() + "soft-zone-" + std::to_string(getpid());
+  mkdir(root.c_str(), 0700);
+  writeCacheFile(root + "/" + md5ToHex(md5Of("/page")), "/page");
+  const std::vector<std::string> page{md5ToHex(md5Of("/page"))};
+
+  worker_->zone("pages", root);
+  worker_->purgeKey(7, "pages", "/page", true);  // scans, then marks it stale
+  awaitPurged();
+  EXPECT_EQ(worker_->received.purgedFiles, page);
+  worker_->purgeKey(8, "pages", "/page", true);  // the index still has it
+  awaitPurged();
+  EXPECT_FALSE(worker_->received.purgeScanned);
+  EXPECT_EQ(worker_->received.purgedFiles, page);
+  worker_->purgeKey(9, "pages", "/page");        // removed: the index forgets
+  awaitPurged();
+  EXPECT_EQ(worker_->received.purgedFiles, page);
+  worker_->purgeKey(10, "pages", "/page");
+  awaitPurged();
+  EXPECT_FALSE(worker_->received.purgeScanned);
+  EXPECT_TRUE(worker_->received.purgedFiles.empty());
   EXPECT_FALSE(fatal_);
   std::system(("rm -rf " + root).c_str());
 }

@@ -246,6 +246,7 @@ bool WorkerSession::takePurgeOrder(uint32_t order, const PurgeQuery& query,
   response.setStream(order);
   auto purge = response.initPurgeOrder();
   purge.setZone(query.zone);
+  purge.setSoft(query.soft);
   switch (query.kind) {
     case PurgeQuery::Kind::kKey:
       purge.setKey(query.value);
@@ -696,6 +697,7 @@ bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
     return false;
   }
   query.value.assign(value.cStr(), value.size());
+  query.soft = purge.getSoft();
   std::optional<uint32_t> order;
   PurgeOrderOptions options;
   for (HeldOrder& held : heldOrders_) {

@@ -92,7 +92,8 @@ std::optional<std::vector<Md5>> Purger::fromIndex(Zone& zone, const PurgeQuery& 
     files.insert(files.end(), ofKey->begin(), ofKey->end());
   }
   // The purge removes them all: provably nothing is left of these keys.
-  zone.index->forget(*keys);
+  // A soft one leaves them where they are.
+  if (!query.soft) zone.index->forget(*keys);
   return files;
 }
 

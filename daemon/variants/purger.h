@@ -27,6 +27,7 @@ struct PurgeQuery {
   Kind kind = Kind::kKey;
   std::string zone;
   std::string value;
+  bool soft = false;  // the files are marked stale and stay
 };
 
 struct PurgeOutcome {

@@ -5,6 +5,7 @@ Varnish xkey (PURGE with xkey), FOSHttpCache (PURGEKEYS with xkey-purge
 and xkey-softpurge), Cloudflare-style Cache-Tag pages, and a purge of the
 whole zone; what is left on disk and what the next request gets."""
 
+from harness import poll
 from test_purge import PurgeTestCase
 
 # The methods those clients send, to the cached location, as a site moving
@@ -136,11 +137,16 @@ class XkeyTest(ClientTestCase):
         self.assertPurged(r, 200, "tag; count=2")
         self.assertState(missed=["/b", "/c"], hit=["/a"])
 
-    def test_a_soft_purge_leaves_nothing_of_the_objects(self):
+    def test_a_soft_purge_marks_the_objects_stale_and_keeps_them(self):
         self.store_all()
         r = self.purge("/", {"xkey-softpurge": "k2"}, method="PURGEKEYS")
-        self.assertPurged(r, 200, "tag; count=2")
-        self.assertState(missed=["/a", "/b"], hit=["/c"])
+        self.assertPurged(r, 200, "tag; count=2; soft")
+        self.assertEqual(len(self.cache_files()), 3)
+        # without proxy_cache_use_stale the next request fetches it again
+        for path in ("/a", "/b"):
+            self.assertEqual(self.cache_status(path), "EXPIRED", path)
+            self.assertEqual(self.cache_status(path), "HIT", path)
+        self.assertEqual(self.cache_status("/c"), "HIT")
 
     def test_ten_thousand_tags_none_cached(self):
         self.store_all()
@@ -198,3 +204,62 @@ class TagHeadersTest(ClientTestCase):
         self.assertPurged(self.purge("/", {"X-Mine": "mine"}), 200,
                           "tag; count=1")
         self.assertState(missed=["/m"], hit=["/s"])
+
+
+class SoftPurgeTest(ClientTestCase):
+    """A soft purge marks objects stale, every variant, for every kind of
+    purge: with proxy_cache_use_stale updating and background updates the
+    next request gets the stale copy while NGINX fetches the new one."""
+    LOCATION = CLIENTS_LOCATION + """
+            proxy_cache_use_stale updating;
+            proxy_cache_background_update on;
+"""
+    PAGES = {"/s/1": [("Surrogate-Key", "k1")],
+             "/s/2": [("Surrogate-Key", "k2")]}
+
+    def assertServedStaleThenNew(self, path):
+        self.origin.route(path, "new " + path)
+        fetched = self.origin.hits(path)
+        code, headers, body = self.get(path)
+        self.assertEqual(headers.get("X-Cache-Status"), "STALE")
+        self.assertEqual(body, ("page " + path).encode())
+        self.assertTrue(self.origin.wait_for_hits(path, fetched + 1))
+        self.assertTrue(poll(lambda: self.get(path)[2] ==
+                             ("new " + path).encode()),
+                        "the background update never stored " + path)
+        self.assertEqual(self.cache_status(path), "HIT")
+
+    def test_fastly_soft_purge_of_a_tag(self):
+        self.store_all()
+        r = self.purge("/", {"Surrogate-Key": "k1", "Fastly-Soft-Purge": "1"})
+        self.assertPurged(r, 200, "tag; count=1; soft")
+        self.assertEqual(len(self.cache_files()), 2)
+        self.assertServedStaleThenNew("/s/1")
+        self.assertEqual(self.cache_status("/s/2"), "HIT")
+
+    def test_magentos_soft_purge_of_a_pattern(self):
+        self.store_all()
+        r = self.purge("/", {"X-Magento-Tags-Pattern": "((^|,)k2(,|$))",
+                             "X-Magento-Purge-Soft": "1"})
+        self.assertPurged(r, 200, "tag; count=1; soft")
+        self.assertServedStaleThenNew("/s/2")
+
+    def test_a_soft_purge_of_a_key(self):
+        self.store_all()
+        r = self.purge("/s/1", {"Fastly-Soft-Purge": "1"})
+        self.assertPurged(r, 200, "exact; count=1; soft")
+        self.assertServedStaleThenNew("/s/1")
+
+    def test_a_soft_purge_of_a_key_not_cached_is_404(self):
+        r = self.purge("/s/9", {"Fastly-Soft-Purge": "1"})
+        self.assertPurged(r, 404, "exact; count=0; soft")
+
+
+class SoftLocationTest(SoftPurgeTest):
+    """esi_cache_purge_soft on: every purge of the location is soft."""
+    LOCATION = SoftPurgeTest.LOCATION + "            esi_cache_purge_soft on;"
+
+    def test_a_plain_purge_is_soft_here(self):
+        self.store_all()
+        self.assertPurged(self.purge("/s/2"), 200, "exact; count=1; soft")
+        self.assertServedStaleThenNew("/s/2")
