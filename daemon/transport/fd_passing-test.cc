@@ -2,7 +2,6 @@
 
 #include "transport/fd_passing.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -11,6 +10,9 @@
 
 #include <array>
 #include <cerrno>
+#include <cstddef>
+#include <filesystem>
+#include <iterator>
 #include <string_view>
 
 #include <gtest/gtest.h>
@@ -18,14 +20,10 @@
 namespace esi {
 namespace {
 
-// The fds this process has open.
-int openFds() {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int count = 0;
-  while (readdir(dir) != nullptr) ++count;
-  closedir(dir);
-  return count - 3;  // ".", ".." and the directory's own fd
+// The fds this process has open (and the one that lists them).
+std::ptrdiff_t openFds() {
+  std::filesystem::directory_iterator fds("/proc/self/fd");
+  return std::distance(begin(fds), end(fds));
 }
 
 std::span<const std::byte> bytesOf(std::string_view text) {
@@ -121,7 +119,7 @@ void expectRefusedAndClosed(int sender, int receiver, std::span<const int> sent,
                             size_t maxFds) {
   ASSERT_TRUE(sendWithFds(sender, bytesOf("too many"), sent));
   std::array<std::byte, 64> buffer{};
-  const int before = openFds();
+  const std::ptrdiff_t before = openFds();
   errno = 0;
   EXPECT_FALSE(receiveWithFds(receiver, buffer, maxFds).has_value());
   EXPECT_EQ(errno, EMSGSIZE);
