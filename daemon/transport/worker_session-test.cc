@@ -23,6 +23,7 @@
 #include <zlib.h>
 
 #include "esi_wire.h"
+#include "transport/fd_passing.h"
 
 namespace esi {
 namespace {
@@ -57,29 +58,22 @@ struct Received {
 class TestWorker {
  public:
   explicit TestWorker(int socketFd) {
-    alignas(capnp::word) char buf[256];
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))];
-    iovec iov{buf, sizeof(buf)};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    welcomeBytes = recvmsg(socketFd, &msg, 0);
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS) return;
-    if (cmsg->cmsg_len != CMSG_LEN(sizeof(fds))) return;
-    std::memcpy(fds, CMSG_DATA(cmsg), sizeof(fds));
+    alignas(capnp::word) std::byte buf[256];
+    std::optional<MessageWithFds> welcome = receiveWithFds(socketFd, buf, 4);
+    if (!welcome) return;
+    welcomeBytes = static_cast<ssize_t>(welcome->size);
+    if (welcome->fds.size() != 4) return;
+    std::move(welcome->fds.begin(), welcome->fds.end(), fds);
     capnp::FlatArrayMessageReader reader(
         kj::arrayPtr(reinterpret_cast<const capnp::word*>(buf), welcomeBytes / 8));
     arenaSize = reader.getRoot<wire::Welcome>().getArenaSize();
-    arenaSeals = fcntl(fds[3], F_GET_SEALS);
-    arena = mmap(nullptr, arenaSize, PROT_READ, MAP_SHARED, fds[3], 0);
-    seals = fcntl(fds[0], F_GET_SEALS);
+    arenaSeals = fcntl(fds[3].get(), F_GET_SEALS);
+    arena = mmap(nullptr, arenaSize, PROT_READ, MAP_SHARED, fds[3].get(), 0);
+    seals = fcntl(fds[0].get(), F_GET_SEALS);
     struct stat st;
-    fstat(fds[0], &st);
+    fstat(fds[0].get(), &st);
     mapSize = static_cast<size_t>(st.st_size);
-    map = mmap(nullptr, mapSize, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    map = mmap(nullptr, mapSize, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0].get(), 0);
     auto* header = static_cast<esi_shm_header_t*>(map);
     auto* base = static_cast<uint8_t*>(map) + ESI_SHM_HEADER_SIZE;
     esi_ring_attach(&toDaemon, &header->to_daemon, base, header->ring_size);
@@ -94,7 +88,6 @@ class TestWorker {
   ~TestWorker() {
     if (map != nullptr) munmap(map, mapSize);
     if (arena != nullptr && arena != MAP_FAILED) munmap(arena, arenaSize);
-    for (int fd : fds) if (fd >= 0) close(fd);
   }
 
   void open(uint32_t stream, const std::string& uri, const std::string& authority,
@@ -369,7 +362,7 @@ class TestWorker {
   }
 
   ssize_t welcomeBytes = -1;
-  int fds[4] = {-1, -1, -1, -1};  // rings, worker and daemon eventfds, arena
+  UniqueFd fds[4];  // rings, worker and daemon eventfds, arena
   int seals = 0;
   int arenaSeals = 0;
   uint64_t arenaSize = 0;
@@ -400,7 +393,7 @@ class TestWorker {
 
   void wakeDaemon() {
     const uint64_t one = 1;
-    ASSERT_EQ(write(fds[2], &one, sizeof(one)), 8);
+    ASSERT_EQ(write(fds[2].get(), &one, sizeof(one)), 8);
   }
 
   std::string sent_;
@@ -725,14 +718,14 @@ std::string inflateSegment(std::string_view deflated) {
 }
 
 TEST_F(WorkerSessionTest, WelcomeCarriesTheSegmentArenaSealedAgainstWrites) {
-  ASSERT_GE(worker_->fds[3], 0);
+  ASSERT_TRUE(worker_->fds[3]);
   EXPECT_EQ(worker_->arenaSize, arena_.size());
   EXPECT_TRUE(worker_->arenaSeals & F_SEAL_SHRINK);
   EXPECT_TRUE(worker_->arenaSeals & F_SEAL_GROW);
   EXPECT_TRUE(worker_->arenaSeals & 0x0010);  // F_SEAL_FUTURE_WRITE
   EXPECT_NE(worker_->arena, MAP_FAILED);
   void* writable = mmap(nullptr, worker_->arenaSize, PROT_READ | PROT_WRITE, MAP_SHARED,
-                        worker_->fds[3], 0);
+                        worker_->fds[3].get(), 0);
   EXPECT_EQ(writable, MAP_FAILED);
   if (writable != MAP_FAILED) munmap(writable, worker_->arenaSize);
 }

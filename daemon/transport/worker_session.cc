@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <type_traits>
 
 #include <capnp/serialize.h>
@@ -11,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "esi.capnp.h"
+#include "transport/fd_passing.h"
 
 namespace esi {
 
@@ -183,24 +185,12 @@ bool WorkerSession::start() {
   welcome.setArenaSize(arena_.size());
   kj::Array<capnp::word> bytes = capnp::messageToFlatArray(message);
 
-  int fds[4] = {rings_.memfd(), rings_.workerEventfd(), rings_.daemonEventfd(),
-                arena_.memfd()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
-  iovec iov{bytes.begin(), bytes.size() * sizeof(capnp::word)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(fds));
-  std::memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
-
+  const int fds[4] = {rings_.memfd(), rings_.workerEventfd(),
+                      rings_.daemonEventfd(), arena_.memfd()};
   // The socket is otherwise idle, so a short message goes out whole or not
   // at all.
-  if (sendmsg(socketFd_, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(iov.iov_len)) {
+  if (!sendWithFds(socketFd_, std::as_bytes(std::span(bytes.begin(), bytes.end())),
+                   fds)) {
     spdlog::warn("worker connection: cannot send the rings: {}", std::strerror(errno));
     return false;
   }

@@ -48,6 +48,7 @@
 #include "esi/ring.h"
 #include "esi_wire.h"
 #include "fuzz_check.h"
+#include "transport/fd_passing.h"
 #include "transport/worker_session.h"
 #include "variants/purger.h"
 
@@ -110,7 +111,6 @@ class Connection {
     session_.reset();
     uv_run(loop_, UV_RUN_NOWAIT);  // lets the poll handle close
     if (map_ != nullptr) munmap(map_, mapSize_);
-    for (const int fd : fds_) close(fd);
     close(sockets_[0]);
     close(sockets_[1]);
   }
@@ -132,7 +132,7 @@ class Connection {
       serve();
     }
     if (length > 0) std::memcpy(slot, payload, length);
-    if (esi_ring_commit(&toDaemon_, length)) wake(fds_[2]);
+    if (esi_ring_commit(&toDaemon_, length)) wake(fds_[2].get());
   }
 
   void cancel(uint32_t stream) { request(stream, ESI_WIRE_REQUEST_CANCEL_WHICH); }
@@ -186,21 +186,15 @@ class Connection {
   }
 
   void receiveWelcome() {
-    char buf[256];
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds_))];
-    iovec iov{buf, sizeof(buf)};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    FUZZ_CHECK(recvmsg(sockets_[1], &msg, 0) > 0);
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    FUZZ_CHECK(cmsg != nullptr && cmsg->cmsg_type == SCM_RIGHTS);
-    std::memcpy(fds_, CMSG_DATA(cmsg), sizeof(fds_));
+    std::byte buf[256];
+    std::optional<MessageWithFds> welcome =
+        receiveWithFds(sockets_[1], buf, std::size(fds_));
+    FUZZ_CHECK(welcome && welcome->size > 0 &&
+               welcome->fds.size() == std::size(fds_));
+    std::move(welcome->fds.begin(), welcome->fds.end(), fds_);
     mapSize_ = esi_shm_size(kRingSize);
-    map_ = mmap(nullptr, mapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, fds_[0],
-                0);
+    map_ = mmap(nullptr, mapSize_, PROT_READ | PROT_WRITE, MAP_SHARED,
+                fds_[0].get(), 0);
     FUZZ_CHECK(map_ != MAP_FAILED);
     auto* header = static_cast<esi_shm_header_t*>(map_);
     auto* base = static_cast<uint8_t*>(map_) + ESI_SHM_HEADER_SIZE;
@@ -238,7 +232,7 @@ class Connection {
         FUZZ_CHECK(purge && stream == *purge);
         checkPurged(root);
         purged = true;
-        if (esi_ring_release(&toWorker_)) wake(fds_[2]);
+        if (esi_ring_release(&toWorker_)) wake(fds_[2].get());
         any = true;
         continue;
       }
@@ -287,7 +281,7 @@ class Connection {
                      kind == ESI_WIRE_INSTRUCTION_TRY_END_WHICH);
         }
       }
-      if (esi_ring_release(&toWorker_)) wake(fds_[2]);
+      if (esi_ring_release(&toWorker_)) wake(fds_[2].get());
       any = true;
     }
     FUZZ_CHECK(rc == ESI_RING_EMPTY);
@@ -323,7 +317,7 @@ class Connection {
   std::shared_ptr<WorkerSession> session_;
   bool fatal_ = false;
   // memfd, worker eventfd, daemon eventfd, segment arena
-  int fds_[4] = {-1, -1, -1, -1};
+  UniqueFd fds_[4];
   void* map_ = nullptr;
   size_t mapSize_ = 0;
   esi_ring_t toDaemon_{};

@@ -59,6 +59,7 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -70,6 +71,7 @@
 #include "esi.capnp.h"
 #include "esi/ring.h"
 #include "segments/segment_arena.h"
+#include "transport/fd_passing.h"
 #include "transport/shared_rings.h"
 #include "transport/unique_fd.h"
 
@@ -319,19 +321,8 @@ bool Connection::sendWelcome(const int (&rings)[3]) {
   }
   const int fds[4] = {rings[0], rings[1], rings[2],
                       writable ? writable.get() : arena_.memfd()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
-  iovec iov{bytes.begin(), bytes.size() * sizeof(capnp::word)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(fds));
-  std::memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
-  return sendmsg(socket_.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(iov.iov_len);
+  return esi::sendWithFds(socket_.get(),
+                          std::as_bytes(std::span(bytes.begin(), bytes.end())), fds);
 }
 
 void Connection::serve() {
