@@ -3,9 +3,10 @@
 
     python3 bench/fairness.py --build-dir build-bench [--page 256-dense-0]
 
-Starts the bench targets (bench.py) with 1 and then 2 nginx workers and
-drives the esi target with wrk at 8, 16 and 32 connections on one cost-matrix
-page (256 KB markup-dense by default: esid's parse is the bottleneck there).
+Starts the bench targets (running.Bench, as bench.py does) with 1 and then 2
+nginx workers and drives the esi target with wrk at 8, 16 and 32
+connections on one cost-matrix page (256 KB markup-dense by default: esid's
+parse is the bottleneck there).
 Prints the latency percentiles and the `$esi_status` of every answer, and
 the esi lines of the error log.  A fair esid keeps p99 within a small
 multiple of p50 however many workers feed it; answers other than
@@ -22,7 +23,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402
+from running import Bench  # noqa: E402
+from workload import KB  # noqa: E402
 
 LUA = """\
 done = function(summary, latency, requests)
@@ -44,7 +46,7 @@ def main():
     args.build_dir = os.path.abspath(args.build_dir)
     path = "/cost/%s.html" % args.page
     size, kind, inc = args.page.split("-")
-    row = (int(size) * bench.KB, kind, int(inc))
+    row = (int(size) * KB, kind, int(inc))
 
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(LUA)
@@ -52,7 +54,7 @@ def main():
     problems = 0
     try:
         for workers in ("1", "2"):
-            b = bench.Bench(argparse.Namespace(
+            b = Bench(argparse.Namespace(
                 build_dir=args.build_dir, workers=workers, threads=2,
                 connections=32))
             try:

@@ -61,7 +61,11 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import bench as B  # noqa: E402  (bench/bench.py: processes, nginx, results)
+import reporting  # noqa: E402
+import support_path  # noqa: E402,F401  (tests/support on sys.path)
+from esitest import fill, poll, worker_pids  # noqa: E402
+from reporting import fmt_ms, update_readme  # noqa: E402
+from running import Servers, loadavg, machine_info  # noqa: E402
 
 CACHE_PURGE_MODULE = "/usr/lib/nginx/modules/ngx_http_cache_purge_module.so"
 DROP_CACHES = "/proc/sys/vm/drop_caches"
@@ -84,7 +88,7 @@ SIZES = {"1k": 1000, "10k": 10000, "100k": 100000, "1m": 1000000}
 
 
 def log(msg):
-    B.log("purge: " + msg)
+    reporting.log("purge: " + msg)
 
 
 # -- cache files in NGINX's format ---------------------------------------------------
@@ -500,12 +504,12 @@ class Run:
                             self.index_size()))
             purge = "            esi_cache_purge PURGE from 127.0.0.1;"
         for name in [z.name for z in self.zones] + ["check"]:
-            locations.append(B.fill(ZONE_LOCATION, {
+            locations.append(fill(ZONE_LOCATION, {
                 "ZONE": name, "PURGE": purge}, strict=False))
             if arm == "cache_purge":
-                locations.append(B.fill(CACHE_PURGE_LOCATION,
+                locations.append(fill(CACHE_PURGE_LOCATION,
                                         {"ZONE": name}))
-        return B.fill(HTTP, {"CACHE_PATHS": "\n".join(paths),
+        return fill(HTTP, {"CACHE_PATHS": "\n".join(paths),
                              "ARM_HTTP": arm_http,
                              "LOCATIONS": "\n".join(locations)},
                       strict=False)
@@ -526,12 +530,7 @@ class Run:
 
     def start_esid(self, arm):
         sock = os.path.join(self.b.tmp, "esid-%s.sock" % arm)
-        proc = self.b.spawn("esid-" + arm, [
-            os.path.join(self.args.build_dir, "esid"), "--socket", sock,
-            "--log-level", "info"])
-        if not B.poll(lambda: not proc.alive() or
-                      B.unix_socket_answers(sock)) or not proc.alive():
-            raise RuntimeError("esid did not start:\n" + proc.stderr())
+        proc = self.b.esid("esid-" + arm, sock, "--log-level", "info")
         self.esids[arm] = (proc, sock)
 
     def enter(self, arm, meta):
@@ -576,15 +575,7 @@ class Run:
             self.port, arm, self.nginx.pid))
 
     def workers(self):
-        out = []
-        for pid in B.descendants([self.nginx.pid]):
-            try:
-                with open("/proc/%d/cmdline" % pid, "rb") as f:
-                    if b"worker process" in f.read():
-                        out.append(pid)
-            except OSError:
-                pass
-        return out
+        return worker_pids(self.nginx.pid)
 
     def reload(self, arm):
         """nginx -s reload into `arm`'s configuration; returns once the old
@@ -598,7 +589,7 @@ class Run:
         def switched():
             now = set(self.workers())
             return now and not (now & old)
-        if not B.poll(switched, 60):
+        if not poll(switched, 60):
             raise RuntimeError("reload into %s failed:\n%s" % (
                 arm, self.log_since(at)[-3000:]))
         log("nginx reloaded into the %s arm" % arm)
@@ -617,7 +608,7 @@ class Run:
             with open(self.errlog, "rb") as f:
                 text = f.read().decode("utf-8", "replace")
             return text.count("http file cache: ") >= want
-        if not B.poll(loaded, bound, 0.2):
+        if not poll(loaded, bound, 0.2):
             raise RuntimeError("the cache loader did not finish in %d s" %
                                bound)
         return time.monotonic() - self.nginx_started
@@ -896,7 +887,7 @@ def check_format(run, client):
                 problems.append("%s: status %d" % (key.decode(), status))
     # NGINX writes the file when the response is complete: wait for it.
     want = 3
-    B.poll(lambda: sum(len(f) for _, _, f in os.walk(run.check)) >= want, 5)
+    poll(lambda: sum(len(f) for _, _, f in os.walk(run.check)) >= want, 5)
     for key, vary in ((b"/check/p", False), (b"/check/v", True)):
         why = compare_with_nginx(run.check, key, vary)
         if why:
@@ -997,7 +988,7 @@ def table_head(L, header, align):
 
 
 def ms_(v):
-    return B.fmt_ms(v)
+    return fmt_ms(v)
 
 
 def ratio_(a, b):
@@ -1372,7 +1363,7 @@ def main():
     groups = [[s.strip().lower() for s in g.split(",") if s.strip()]
               for g in args.sizes.split("+")]
     groups = [g for g in groups if g]
-    args.workers = "1"     # bench.Bench's nginx: one worker
+    args.workers = "1"     # running.Servers's nginx: one worker
     labels = [s for g in groups for s in g]
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     for a in args.arms:
@@ -1395,7 +1386,7 @@ def main():
 
     started = datetime.datetime.now()
     t_start = time.monotonic()
-    load_before = B.loadavg()
+    load_before = loadavg()
     problems = []
     zones, res, fs_labels = [], {}, []
     for group in groups:
@@ -1415,8 +1406,8 @@ def main():
             "groups": [", ".join("{:,}".format(SIZES[s]) for s in g)
                        for g in groups],
             "elapsed": time.monotonic() - t_start,
-            "load_before": load_before, "load_after": B.loadavg()}
-    info = B.machine_info(args)
+            "load_before": load_before, "load_after": loadavg()}
+    info = machine_info(args)
     md = markdown(args, info, zones, res, meta)
     os.makedirs(args.results, exist_ok=True)
     mode = "purge-full" if any(z.files >= 1000000 for z in zones) \
@@ -1431,7 +1422,7 @@ def main():
     print(md)
     log("results: %s.md, %s.csv, %s-samples.csv" % (base, base, base))
     if not args.no_readme:
-        B.update_readme(md, [], marker="purge")
+        update_readme(md, [], marker="purge")
     return 0
 
 
@@ -1441,7 +1432,7 @@ def measure_group(args, labels, problems):
     fs = None
     run = None
     ok = False
-    bench = B.Bench(args)  # its temporary directory holds everything
+    bench = Servers(args)  # its temporary directory holds everything
     try:
         if args.no_mount or os.geteuid() != 0:
             root = os.path.join(bench.tmp, "zones")

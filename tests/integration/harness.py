@@ -30,14 +30,22 @@ import threading
 import time
 import unittest
 
-from origin import Origin
+# tests/support: esitest, the test-support package bench/ uses too.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "support"))
+# The tests import free_port, poll, STOP_BOUND and the rest from here.
+from esitest import (  # noqa: E402,F401
+    NGINX, STOP_BOUND, DidNotStart, Process, fill, free_port, poll,
+    start_nginx, start_on_socket, worker_pids)
+from esitest import read_text as _read  # noqa: E402
+
+from origin import Origin  # noqa: E402
 
 SOURCE_DIR = os.environ.get(
     "ESI_SOURCE_DIR",
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
         __file__)))))
 BUILD_DIR = os.environ.get("ESI_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
-NGINX = os.environ.get("ESI_NGINX", "/usr/sbin/nginx")
 ESID = os.path.join(BUILD_DIR, "esid")
 ESICTL = os.path.join(BUILD_DIR, "esictl")
 # ESI_MODULE=builtin: nginx has the module compiled in (--add-module, as
@@ -45,9 +53,8 @@ ESICTL = os.path.join(BUILD_DIR, "esictl")
 MODULE = os.environ.get("ESI_MODULE",
                         os.path.join(BUILD_DIR, "ngx_http_esi_module.so"))
 
-# Hang guards only: nothing asserts on elapsed time.
-START_BOUND = 30.0
-STOP_BOUND = 10.0
+# A hang guard only, as START_BOUND and STOP_BOUND are: nothing asserts on
+# elapsed time.
 REQUEST_TIMEOUT = float(os.environ.get("ESI_REQUEST_TIMEOUT", "30"))
 
 ERROR_MARKER = b"<!-- ESI include error -->"
@@ -138,141 +145,6 @@ class Response:
     def __repr__(self):
         return "Response(%r, complete=%r, error=%r, body=%r)" % (
             self.status, self.complete, self.error, self.body[:200])
-
-
-def free_port():
-    """A port nothing listens on right now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def poll(condition, bound=START_BOUND, interval=0.02):
-    """Call `condition` until it returns something true or `bound` passes."""
-    deadline = time.monotonic() + bound
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
-
-
-def unix_socket_answers(path):
-    if not os.path.exists(path):
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        try:
-            s.connect(path)
-            return True
-        except OSError:
-            return False
-
-
-def tcp_port_answers(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(1.0)
-        try:
-            s.connect(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-class Process:
-    """A child in its own process group, stopped with its whole group.
-
-    `killed_by_test` is set when a test SIGKILLs it (kill(), or signal()
-    with SIGKILL): the harness then asks nothing of its exit status.
-    `sigkilled_by_stop` is set when stop() had to SIGKILL it because
-    SIGTERM did not end it within STOP_BOUND, and `ran_until_stop` says
-    whether it was still running when stop() was first called."""
-
-    def __init__(self, name, argv, tmp, env=None):
-        self.name = name
-        self.argv = argv
-        self.stdout_path = os.path.join(tmp, name + ".stdout")
-        self.stderr_path = os.path.join(tmp, name + ".stderr")
-        out = open(self.stdout_path, "ab")
-        err = open(self.stderr_path, "ab")
-        try:
-            self.popen = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, env=env)
-        finally:
-            out.close()
-            err.close()
-        self.pid = self.popen.pid
-        self.killed_by_test = False
-        self.sigkilled_by_stop = False
-        self.ran_until_stop = None
-
-    def alive(self):
-        return self.popen.poll() is None
-
-    def signal(self, sig):
-        if self.alive():
-            if sig == signal.SIGKILL:
-                self.killed_by_test = True
-            os.kill(self.pid, sig)
-
-    def stop(self):
-        """SIGTERM, then SIGKILL after STOP_BOUND; returns the exit code."""
-        if self.ran_until_stop is None:
-            self.ran_until_stop = self.alive()
-        if self.alive():
-            self._signal_group(signal.SIGCONT)
-            self._signal_group(signal.SIGTERM)
-            try:
-                self.popen.wait(STOP_BOUND)
-            except subprocess.TimeoutExpired:
-                self.sigkilled_by_stop = True
-                self._signal_group(signal.SIGKILL)
-                self.popen.wait(STOP_BOUND)
-        return self.popen.returncode
-
-    def kill(self):
-        self.killed_by_test = True
-        self._signal_group(signal.SIGKILL)
-        self.popen.wait(STOP_BOUND)
-
-    def unclean_exit(self):
-        """Why this process's end was not a clean exit, or None: a status
-        other than 0 that no SIGKILL of the test's explains, SIGTERM not
-        obeyed within STOP_BOUND, or an exit before anyone stopped it."""
-        if self.killed_by_test:
-            return None
-        code = self.popen.poll()
-        if self.sigkilled_by_stop:
-            return "did not exit within %ss of SIGTERM (SIGKILLed)" % (
-                STOP_BOUND)
-        if code == 0:
-            return None
-        if code is None:
-            return "is still running"
-        status = ("killed by %s" % signal.Signals(-code).name if code < 0
-                  else "exit status %d" % code)
-        when = ("after SIGTERM" if self.ran_until_stop
-                else "before it was stopped")
-        return "ended %s: %s" % (when, status)
-
-    def _signal_group(self, sig):
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def stderr(self):
-        return _read(self.stderr_path)
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 class EsiTestCase(unittest.TestCase):
@@ -395,11 +267,12 @@ class EsiTestCase(unittest.TestCase):
         """Start `esid --socket PATH` and wait until the socket answers."""
         path = socket_path or self.socket_path
         argv = [ESID, "--socket", path] + list(self.ESID_ARGS) + list(extra)
-        proc = self.spawn("esid-%d" % len(self.processes), argv)
-        ready = poll(lambda: not proc.alive() or unix_socket_answers(path))
-        if not proc.alive() or not ready:
+        try:
+            proc = start_on_socket(self.spawn, "esid-%d" % len(
+                self.processes), argv, path)
+        except DidNotStart as e:
             self.fail("esid did not come up on %s (exit %r):\n%s" % (
-                path, proc.popen.poll(), proc.stderr()))
+                path, e.proc.popen.poll(), e.log))
         self.esid = proc
         return proc
 
@@ -452,11 +325,8 @@ class EsiTestCase(unittest.TestCase):
             "PORT": str(port or self.port),
             "ORIGIN": str(self.origin.port),
         }
-        conf = NGINX_CONF
         # Snippets first: they may use @@ORIGIN@@, @@TMP@@ and the rest.
-        for key, value in list(snippets.items()) + list(values.items()):
-            conf = conf.replace("@@%s@@" % key, value)
-        return conf
+        return fill(NGINX_CONF, dict(snippets, **values), strict=False)
 
     def start(self):
         """Start esid (unless ESID is false or it runs) and then nginx."""
@@ -464,25 +334,16 @@ class EsiTestCase(unittest.TestCase):
             return
         if self.ESID and self.esid is None:
             self.start_esid()
-        for attempt in range(3):
-            self.port = free_port()
-            conf_path = os.path.join(self.tmp, "nginx.conf")
-            with open(conf_path, "w") as f:
-                f.write(self.nginx_conf())
-            proc = self.spawn("nginx", [
-                NGINX, "-p", self.tmp + "/", "-e", self.tmp + "/error.log",
-                "-c", conf_path, "-g", "daemon off;"],
-                env=self.sanitizer_env())
-            up = poll(lambda: not proc.alive() or tcp_port_answers(self.port))
-            if proc.alive() and up:
-                self.nginx = proc
-                return
-            proc.stop()
-            log = _read(os.path.join(self.tmp, "error.log"))
-            if "Address already in use" in log and attempt < 2:
-                continue  # someone took the port in between: pick another
+
+        def conf(port):
+            self.port = port
+            return self.nginx_conf()
+        try:
+            self.nginx, _ = start_nginx(self.spawn, "nginx", self.tmp, conf,
+                                        self.sanitizer_env())
+        except DidNotStart as e:
             self.fail("nginx did not start (exit %r):\n%s" % (
-                proc.popen.returncode, log))
+                e.proc.popen.returncode, e.log))
 
     @property
     def host(self):
@@ -585,23 +446,7 @@ class EsiTestCase(unittest.TestCase):
 
     def worker_pids(self):
         """Pids of the nginx master's worker processes."""
-        master = self.nginx.pid
-        pids = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % entry) as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) != master:
-                continue
-            cmdline = _read("/proc/%s/cmdline" % entry)
-            if "worker process" in cmdline:
-                pids.append(int(entry))
-        return sorted(pids)
+        return worker_pids(self.nginx.pid)
 
     def esictl(self, *args, socket_path=None):
         """Run build/esictl; returns the CompletedProcess."""
@@ -655,36 +500,26 @@ class Node:
     def start_esid(self, *extra):
         argv = [ESID, "--socket", self.socket_path] + \
             list(self.test.ESID_ARGS) + list(extra)
-        proc = self.test.spawn("%s-esid-%d" % (self.name,
-                                               len(self.test.processes)), argv)
-        ready = poll(lambda: not proc.alive()
-                     or unix_socket_answers(self.socket_path))
-        if not proc.alive() or not ready:
+        try:
+            proc = start_on_socket(self.test.spawn, "%s-esid-%d" % (
+                self.name, len(self.test.processes)), argv, self.socket_path)
+        except DidNotStart as e:
             self.test.fail("%s: esid did not come up (exit %r):\n%s" % (
-                self.name, proc.popen.poll(), proc.stderr()))
+                self.name, e.proc.popen.poll(), e.log))
         self.esid = proc
         return proc
 
     def start_nginx(self):
-        for attempt in range(3):
-            self.port = free_port()
-            conf_path = os.path.join(self.tmp, "nginx.conf")
-            with open(conf_path, "w") as f:
-                f.write(self.test.nginx_conf(self.tmp, self.socket_path,
-                                             self.port))
-            proc = self.test.spawn("%s-nginx" % self.name, [
-                NGINX, "-p", self.tmp + "/", "-e", self.tmp + "/error.log",
-                "-c", conf_path, "-g", "daemon off;"],
-                env=self.test.sanitizer_env())
-            up = poll(lambda: not proc.alive() or tcp_port_answers(self.port))
-            if proc.alive() and up:
-                self.nginx = proc
-                return
-            proc.stop()
-            if "Address already in use" in self.error_log() and attempt < 2:
-                continue
-            self.test.fail("%s: nginx did not start:\n%s" % (
-                self.name, self.error_log()))
+        def conf(port):
+            self.port = port
+            return self.test.nginx_conf(self.tmp, self.socket_path, port)
+        try:
+            self.nginx, _ = start_nginx(self.test.spawn, "%s-nginx" % self.name,
+                                        self.tmp, conf,
+                                        self.test.sanitizer_env())
+        except DidNotStart as e:
+            self.test.fail("%s: nginx did not start:\n%s" % (self.name,
+                                                              e.log))
 
     def fetch(self, path, headers=None, method="GET"):
         return self.test.fetch(path, headers, method, port=self.port)

@@ -16,7 +16,7 @@ import os
 import re
 import unittest
 
-from harness import BUILD_DIR, EsiTestCase, poll, unix_socket_answers
+from harness import BUILD_DIR, DidNotStart, EsiTestCase, start_on_socket
 from test_faults_load import Page, WrkChecks
 from test_stitch import gunzip
 
@@ -47,14 +47,12 @@ class HostileTestCase(WrkChecks, EsiTestCase):
             self.fail("hostile_esid not found at %s: build the project first"
                       % HOSTILE)
         self.PAGE.serve(self.origin)
-        self.hostile = self.spawn("hostile", [
-            HOSTILE, "--socket", self.socket_path, "--mode", self.MODE,
-            "--after", str(self.AFTER)])
-        if not poll(lambda: not self.hostile.alive()
-                    or unix_socket_answers(self.socket_path)) \
-                or not self.hostile.alive():
-            self.fail("hostile_esid did not come up:\n%s"
-                      % self.hostile.stderr())
+        try:
+            self.hostile = start_on_socket(self.spawn, "hostile", [
+                HOSTILE, "--socket", self.socket_path, "--mode", self.MODE,
+                "--after", str(self.AFTER)], self.socket_path)
+        except DidNotStart as e:
+            self.fail("hostile_esid did not come up:\n%s" % e.log)
 
     def violations(self):
         return self.hostile.stderr().count("hostile: %s " % self.MODE)

@@ -1,0 +1,22 @@
+"""Test support shared by the integration tests (tests/integration/harness.py)
+and the benchmarks (bench/): ports, bounded waits, child processes, config
+templates, and starting NGINX or any server that must answer before it is
+used.  Standard library only.
+
+Neither side is a package of its own, so each puts this directory
+(tests/support) on sys.path once: harness.py for the tests, bench/running.py
+for the benchmarks.
+"""
+
+from .net import free_port, tcp_port_answers, unix_socket_answers
+from .process import (START_BOUND, STOP_BOUND, Process, descendants, poll,
+                      read_text, worker_pids)
+from .servers import (NGINX, DidNotStart, fill, start_nginx, start_on_port,
+                      start_on_socket)
+
+__all__ = [
+    "DidNotStart", "NGINX", "Process", "START_BOUND", "STOP_BOUND",
+    "descendants", "fill", "free_port", "poll", "read_text", "start_nginx",
+    "start_on_port", "start_on_socket", "tcp_port_answers",
+    "unix_socket_answers", "worker_pids",
+]
