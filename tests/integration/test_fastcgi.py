@@ -9,7 +9,7 @@ import os
 import shutil
 import stat
 
-from harness import EsiTestCase, poll, unix_socket_answers
+from harness import DidNotStart, EsiTestCase, start_on_socket
 
 PAGE_SCRIPT = r"""#!/bin/sh
 case "$REQUEST_URI" in
@@ -69,10 +69,11 @@ class FastcgiTestCase(EsiTestCase):
         os.chmod(script, stat.S_IRWXU)
         tool = shutil.which("fcgiwrap") or "/usr/sbin/fcgiwrap"
         sock = os.path.join(self.tmp, "fcgi.sock")
-        proc = self.spawn("fcgiwrap", [tool, "-s", "unix:" + sock])
-        if not poll(lambda: not proc.alive() or unix_socket_answers(sock)) \
-                or not proc.alive():
-            self.fail("fcgiwrap did not start:\n" + proc.stderr())
+        try:
+            start_on_socket(self.spawn, "fcgiwrap",
+                            [tool, "-s", "unix:" + sock], sock)
+        except DidNotStart as e:
+            self.fail("fcgiwrap did not start:\n%s" % e.log)
 
     def files(self, zone):
         found = []
