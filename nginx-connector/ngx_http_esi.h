@@ -656,7 +656,7 @@ ngx_int_t ngx_http_esi_surrogate_control(ngx_http_request_t *r,
     ngx_http_esi_loc_conf_t *elcf);
 
 
-/* ngx_http_esi_purge_module.c */
+/* ngx_http_esi_purge.c */
 ngx_int_t ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p,
     esi_wire_struct_t *root);
 ngx_int_t ngx_http_esi_purge_handler(ngx_http_request_t *r);
