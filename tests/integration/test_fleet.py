@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import unittest
 
 from harness import EsiTestCase, free_port, poll
@@ -238,6 +239,77 @@ class FleetRestartTest(FleetTestCase):
         for path in ("/x1", "/x2", "/x3"):
             self.assertMiss(self.fleet["c"], path)
         self.assertEqual(self.fleet_stats(a)["fleet_published"], 3)
+
+
+class FleetHungRedisTest(FleetTestCase):
+
+    def test_a_redis_that_hangs_is_dropped_and_its_purges_go_out_after(self):
+        self.cache_everywhere("/h1", "/h2")
+        a = self.fleet["a"]
+        self.redis.signal(signal.SIGSTOP)
+        try:
+            # answered at once: no request waits on Redis
+            r = self.purge(a, "/h1")
+            self.assertEqual(len(a.cache_files()), 1)
+            self.assertTrue(poll(lambda: self.fleet_stats(a)
+                                 ["fleet_connected"] == 0, bound=20.0),
+                            "esid kept a Redis that does not answer")
+            r = self.purge(a, "/h2")
+            self.assertEqual(r.header("Cache-Purge-Fleet"), "pending")
+        finally:
+            self.redis.signal(signal.SIGCONT)
+        for node in self.fleet.values():
+            self.await_files(node, 0)
+        for path in ("/h1", "/h2"):
+            self.assertMiss(self.fleet["b"], path)
+
+
+class GarbageRedisTest(EsiTestCase):
+    """A "Redis" that answers garbage: esid drops it, says so, keeps
+    retrying, and purges locally as ever."""
+    LOCATION = PURGE_HERE
+    ESID = False
+
+    def setUp(self):
+        super().setUp()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.addCleanup(self.listener.close)
+        self.accepted = 0
+
+        def answer_garbage():
+            while True:
+                try:
+                    conn, _ = self.listener.accept()
+                except OSError:
+                    return
+                self.accepted += 1
+                try:
+                    conn.recv(4096)
+                    conn.sendall(b"this is not RESP\r\n")
+                except OSError:
+                    pass
+                conn.close()
+
+        threading.Thread(target=answer_garbage, daemon=True).start()
+        conf = os.path.join(self.tmp, "esid.conf")
+        with open(conf, "w") as f:
+            f.write("fleet = redis://127.0.0.1:%d/0\nfleet_node = g\n"
+                    "state_dir = %s\n" % (self.listener.getsockname()[1],
+                                           self.tmp))
+        self.start_esid("--config", conf)
+
+    def test_esid_drops_it_retries_and_purges_locally(self):
+        self.origin.route("/g", "g")
+        self.assertEqual(self.get("/g")[1].get("X-Cache-Status"), "MISS")
+        r = self.fetch("/g", method="PURGE")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.header("Cache-Purge-Fleet"), "pending")
+        self.assertTrue(poll(lambda: self.accepted >= 2),
+                        "esid did not connect again")
+        self.assertTrue(self.esid.alive())
+        self.assertIn("retrying, every", self.esid.stderr())
 
 
 class FleetGapCase(FleetTestCase):
