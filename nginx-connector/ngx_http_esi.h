@@ -122,6 +122,12 @@
 #define NGX_HTTP_ESI_PURGE_TAG         2
 #define NGX_HTTP_ESI_PURGE_ALL         3    /* every object of the zone */
 
+/* esi_cache_purge_response_type */
+#define NGX_HTTP_ESI_PURGE_HTML        0
+#define NGX_HTTP_ESI_PURGE_JSON        1
+#define NGX_HTTP_ESI_PURGE_XML         2
+#define NGX_HTTP_ESI_PURGE_TEXT        3
+
 /* how a purge that removes nothing is answered: 404 for a key's */
 #define ngx_http_esi_purge_found(p)                                           \
     ((p)->count || (p)->kind == NGX_HTTP_ESI_PURGE_TAG                        \
@@ -387,6 +393,7 @@ typedef struct {
     ngx_http_complex_value_t  *key;
     ngx_flag_t                 key_checked; /* against a cached response's */
     ngx_flag_t                 soft;        /* esi_cache_purge_soft */
+    ngx_uint_t                 response_type;
 } ngx_http_esi_purge_loc_conf_t;
 
 

@@ -29,6 +29,10 @@ static void ngx_http_esi_purge_timeout_handler(ngx_event_t *ev);
 static void ngx_http_esi_purge_finish_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_esi_purge_respond(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p);
+static ngx_buf_t *ngx_http_esi_purge_body(ngx_http_request_t *r,
+    ngx_http_esi_purge_t *p, ngx_uint_t type);
+static u_char *ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
+    const char *what, ngx_str_t *kind);
 static void ngx_http_esi_purge_log(ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_report(ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_cleanup(void *data);
@@ -43,6 +47,16 @@ static ngx_str_t  ngx_http_esi_purge_fleet_states[] = {
     ngx_string("refused"),
     ngx_string("pending"),
     ngx_string("published")
+};
+
+
+/* the answer's Content-Type, by esi_cache_purge_response_type */
+
+static ngx_str_t  ngx_http_esi_purge_types[] = {
+    ngx_string("text/html"),
+    ngx_string("application/json"),
+    ngx_string("text/xml"),
+    ngx_string("text/plain")
 };
 
 
@@ -1011,14 +1025,12 @@ ngx_http_esi_purge_finish_handler(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 {
-    size_t            len;
-    u_char           *last;
-    uintptr_t         escape;
-    ngx_int_t         rc;
-    ngx_buf_t        *b;
-    ngx_str_t        *kind;
-    ngx_chain_t       out;
-    ngx_table_elt_t  *h;
+    ngx_int_t                       rc;
+    ngx_buf_t                      *b;
+    ngx_str_t                      *kind;
+    ngx_chain_t                     out;
+    ngx_table_elt_t                *h;
+    ngx_http_esi_purge_loc_conf_t  *plcf;
 
     kind = &ngx_http_esi_purge_kinds[p->kind];
 
@@ -1063,22 +1075,156 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
         h->value = *p->fleet;
     }
 
-    escape = 2 * ngx_escape_html(NULL, p->key.data, p->key.len)
-             + 2 * ngx_escape_html(NULL, p->error.data, p->error.len);
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_purge_module);
 
-    len = sizeof("<html><head><title>Purge unavailable</title></head>"
-                 "<body><h1>Purge unavailable</h1><p>Key: </p>"
-                 "<p>: 18446744073709551615 file(s) removed</p><p></p>"
-                 "</body></html>" CRLF)
-          + sizeof("wildcard") + p->key.len + p->error.len + escape;
-
-    b = ngx_create_temp_buf(r->pool, len);
+    b = ngx_http_esi_purge_body(r, p, plcf->response_type);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.content_type = ngx_http_esi_purge_types[plcf->response_type];
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    if (r->headers_out.content_length) {
+        r->headers_out.content_length->hash = 0;
+        r->headers_out.content_length = NULL;
+    }
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/*
+ * The answer's body in esi_cache_purge_response_type, as ngx_cache_purge
+ * writes its own: what was purged, how, and how many files went.
+ */
+
+static ngx_buf_t *
+ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
+    ngx_uint_t type)
+{
+    size_t       len;
+    u_char      *last;
+    uintptr_t    escape;
+    ngx_buf_t   *b;
+    ngx_str_t   *kind;
+    const char  *what, *status;
+
+    kind = &ngx_http_esi_purge_kinds[p->kind];
+
+    what = p->kind == NGX_HTTP_ESI_PURGE_TAG ? "Tag"
+           : p->kind == NGX_HTTP_ESI_PURGE_PREFIX ? "Prefix"
+           : "Key";
+
+    status = p->status == NGX_HTTP_OK ? "purged"
+             : p->status == NGX_HTTP_NOT_FOUND ? "not cached"
+             : "unavailable";
+
+    if (type == NGX_HTTP_ESI_PURGE_JSON) {
+        escape = ngx_escape_json(NULL, p->key.data, p->key.len)
+                 + ngx_escape_json(NULL, p->error.data, p->error.len);
+
+    } else if (type == NGX_HTTP_ESI_PURGE_TEXT) {
+        escape = 0;
+
+    } else {
+        escape = 2 * ngx_escape_html(NULL, p->key.data, p->key.len)
+                 + 2 * ngx_escape_html(NULL, p->error.data, p->error.len);
+    }
+
+    len = sizeof("<html><head><title>Purge unavailable</title></head>"
+                 "<body><h1>Purge unavailable</h1><p>Prefix: </p>"
+                 "<p>wildcard: 18446744073709551615 file(s) removed</p>"
+                 "<p></p><p>soft</p></body></html>" CRLF)
+          + p->key.len + p->error.len + escape;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NULL;
+    }
+
     last = b->last;
 
+    switch (type) {
+
+    case NGX_HTTP_ESI_PURGE_JSON:
+        last = ngx_sprintf(last, "{\"status\": \"%s\", \"kind\": \"%V\", "
+                           "\"key\": \"", status, kind);
+        last = (u_char *) ngx_escape_json(last, p->key.data, p->key.len);
+        last = ngx_sprintf(last, "\", \"count\": %ui, \"soft\": %s",
+                           p->count, p->soft ? "true" : "false");
+
+        if (p->error.len) {
+            last = ngx_cpymem(last, ", \"error\": \"", 12);
+            last = (u_char *) ngx_escape_json(last, p->error.data,
+                                              p->error.len);
+            *last++ = '"';
+        }
+
+        last = ngx_cpymem(last, "}" CRLF, sizeof("}" CRLF) - 1);
+        break;
+
+    case NGX_HTTP_ESI_PURGE_XML:
+        last = ngx_sprintf(last, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+                           "<purge><status>%s</status><kind>%V</kind><key>",
+                           status, kind);
+        last = (u_char *) ngx_escape_html(last, p->key.data, p->key.len);
+        last = ngx_sprintf(last, "</key><count>%ui</count><soft>%s</soft>",
+                           p->count, p->soft ? "true" : "false");
+
+        if (p->error.len) {
+            last = ngx_cpymem(last, "<error>", 7);
+            last = (u_char *) ngx_escape_html(last, p->error.data,
+                                              p->error.len);
+            last = ngx_cpymem(last, "</error>", 8);
+        }
+
+        last = ngx_cpymem(last, "</purge>" CRLF, sizeof("</purge>" CRLF) - 1);
+        break;
+
+    case NGX_HTTP_ESI_PURGE_TEXT:
+        last = ngx_sprintf(last, "%s" CRLF "%s: %V" CRLF
+                           "%V: %ui file(s) removed%s" CRLF,
+                           status, what, &p->key, kind, p->count,
+                           p->soft ? ", soft" : "");
+
+        if (p->error.len) {
+            last = ngx_sprintf(last, "%V" CRLF, &p->error);
+        }
+
+        break;
+
+    default: /* NGX_HTTP_ESI_PURGE_HTML */
+        last = ngx_http_esi_purge_html(last, p, what, kind);
+        break;
+    }
+
+    b->last = last;
+
+    return b;
+}
+
+
+/* the HTML answer, as ngx_cache_purge's */
+
+static u_char *
+ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
+    const char *what, ngx_str_t *kind)
+{
     switch (p->status) {
 
     case NGX_HTTP_OK:
@@ -1105,10 +1251,7 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
         break;
     }
 
-    last = ngx_sprintf(last, "<p>%s: ",
-                       p->kind == NGX_HTTP_ESI_PURGE_TAG ? "Tag"
-                       : p->kind == NGX_HTTP_ESI_PURGE_PREFIX ? "Prefix"
-                       : "Key");
+    last = ngx_sprintf(last, "<p>%s: ", what);
     last = (u_char *) ngx_escape_html(last, p->key.data, p->key.len);
     last = ngx_sprintf(last, "</p><p>%V: %ui file(s) removed</p>",
                        kind, p->count);
@@ -1119,33 +1262,14 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
         last = ngx_cpymem(last, "</p>", 4);
     }
 
+    if (p->soft) {
+        last = ngx_cpymem(last, "<p>soft</p>", 11);
+    }
+
     last = ngx_cpymem(last, "</body></html>" CRLF,
                       sizeof("</body></html>" CRLF) - 1);
 
-    b->last = last;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    ngx_str_set(&r->headers_out.content_type, "text/html");
-    r->headers_out.content_type_len = sizeof("text/html") - 1;
-    r->headers_out.content_type_lowcase = NULL;
-    r->headers_out.content_length_n = b->last - b->pos;
-
-    if (r->headers_out.content_length) {
-        r->headers_out.content_length->hash = 0;
-        r->headers_out.content_length = NULL;
-    }
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return last;
 }
 
 

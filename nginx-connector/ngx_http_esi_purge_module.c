@@ -35,6 +35,15 @@ static ngx_int_t ngx_http_esi_purge_named_zones(ngx_conf_t *cf,
 static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
 
 
+static ngx_conf_enum_t  ngx_http_esi_purge_response_types[] = {
+    { ngx_string("html"), NGX_HTTP_ESI_PURGE_HTML },
+    { ngx_string("json"), NGX_HTTP_ESI_PURGE_JSON },
+    { ngx_string("xml"), NGX_HTTP_ESI_PURGE_XML },
+    { ngx_string("text"), NGX_HTTP_ESI_PURGE_TEXT },
+    { ngx_null_string, 0 }
+};
+
+
 /* the tag headers of every convention, when esi_purge_tag_headers is not set */
 
 static ngx_str_t  ngx_http_esi_purge_default_tag_headers[] = {
@@ -69,6 +78,13 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_purge_loc_conf_t, soft),
       NULL },
+
+    { ngx_string("esi_cache_purge_response_type"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_loc_conf_t, response_type),
+      &ngx_http_esi_purge_response_types },
 
     { ngx_string("esi_purge_index"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -393,6 +409,7 @@ ngx_http_esi_purge_create_loc_conf(ngx_conf_t *cf)
      */
 
     plcf->soft = NGX_CONF_UNSET;
+    plcf->response_type = NGX_CONF_UNSET_UINT;
 
     return plcf;
 }
@@ -409,6 +426,8 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     static ngx_str_t  default_key = ngx_string("$uri$is_args$args");
 
     ngx_conf_merge_value(conf->soft, prev->soft, 0);
+    ngx_conf_merge_uint_value(conf->response_type, prev->response_type,
+                              NGX_HTTP_ESI_PURGE_HTML);
 
     if (conf->key == NULL) {
         conf->key = prev->key;

@@ -5,6 +5,9 @@ Varnish xkey (PURGE with xkey), FOSHttpCache (PURGEKEYS with xkey-purge
 and xkey-softpurge), Cloudflare-style Cache-Tag pages, and a purge of the
 whole zone; what is left on disk and what the next request gets."""
 
+import json
+from xml.etree import ElementTree
+
 from harness import poll
 from test_purge import PurgeTestCase
 
@@ -263,3 +266,45 @@ class SoftLocationTest(SoftPurgeTest):
         self.store_all()
         self.assertPurged(self.purge("/s/2"), 200, "exact; count=1; soft")
         self.assertServedStaleThenNew("/s/2")
+
+
+class ResponseTypeTest(ClientTestCase):
+    """esi_cache_purge_response_type, as ngx_cache_purge's
+    cache_purge_response_type: the answer in JSON, XML or plain text."""
+    PAGES = {"/r": [("xkey", "r<&>\"")]}
+
+    def answer(self, kind, path="/r", headers=None):
+        self.LOCATION = CLIENTS_LOCATION + \
+            "            esi_cache_purge_response_type %s;" % kind
+        self.store_all()
+        r = self.purge(path, headers)
+        return r
+
+    def test_json(self):
+        r = self.answer("json", "/r")
+        self.assertEqual(r.header("Content-Type"), "application/json")
+        self.assertEqual(json.loads(r.body), {
+            "status": "purged", "kind": "exact", "key": "/r", "count": 1,
+            "soft": False})
+
+    def test_json_escapes_the_key(self):
+        r = self.answer("json", "/", {"xkey": 'r<&>"'})
+        self.assertEqual(json.loads(r.body)["key"], 'r<&>"')
+
+    def test_xml(self):
+        r = self.answer("xml", "/", {"xkey": 'r<&>"'})
+        self.assertEqual(r.header("Content-Type"), "text/xml")
+        root = ElementTree.fromstring(r.body)
+        self.assertEqual(root.findtext("status"), "purged")
+        self.assertEqual(root.findtext("kind"), "tag")
+        self.assertEqual(root.findtext("key"), 'r<&>"')
+        self.assertEqual(root.findtext("count"), "1")
+
+    def test_text_and_a_miss(self):
+        self.LOCATION = CLIENTS_LOCATION + \
+            "            esi_cache_purge_response_type text;"
+        r = self.purge("/never")
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.header("Content-Type"), "text/plain")
+        self.assertEqual(r.body, b"not cached\r\nKey: /never\r\n"
+                                 b"exact: 0 file(s) removed\r\n")
