@@ -128,10 +128,12 @@
 #define NGX_HTTP_ESI_PURGE_XML         2
 #define NGX_HTTP_ESI_PURGE_TEXT        3
 
-/* how a purge that removes nothing is answered: 404 for a key's */
+/* how a purge that removes nothing is answered: a miss for a key's */
 #define ngx_http_esi_purge_found(p)                                           \
     ((p)->count || (p)->kind == NGX_HTTP_ESI_PURGE_TAG                        \
      || (p)->kind == NGX_HTTP_ESI_PURGE_ALL)
+#define ngx_http_esi_purge_status(p)                                          \
+    (ngx_http_esi_purge_found(p) ? NGX_HTTP_OK : (p)->miss)
 
 
 typedef struct {
@@ -378,6 +380,7 @@ typedef struct {
     ngx_array_t                zones;       /* of ngx_shm_zone_t * */
     ngx_array_t               *tag_headers; /* of ngx_str_t */
     ngx_str_t                  tag_names;   /* the same, space separated */
+    ngx_http_complex_value_t  *default_key; /* $uri$is_args$args */
     ngx_array_t                named;       /* zone=NAME locations, of
                                                ngx_http_esi_purge_loc_conf_t *,
                                                their zones found at the end */
@@ -394,6 +397,10 @@ typedef struct {
     ngx_flag_t                 key_checked; /* against a cached response's */
     ngx_flag_t                 soft;        /* esi_cache_purge_soft */
     ngx_uint_t                 response_type;
+    ngx_flag_t                 legacy_status;  /* cache_purge_legacy_status */
+    unsigned                   compat:1;    /* set by proxy_cache_purge ... */
+    unsigned                   proxy:1;     /* ... by proxy_cache_purge */
+    unsigned                   all:1;       /* its purge_all */
 } ngx_http_esi_purge_loc_conf_t;
 
 
@@ -429,6 +436,7 @@ typedef struct {
     unsigned                   in_table:1;
     unsigned                   scanned:1;
     unsigned                   soft:1;      /* mark stale, keep the files */
+    ngx_uint_t                 miss;        /* the status of a miss */
 } ngx_http_esi_purge_t;
 
 

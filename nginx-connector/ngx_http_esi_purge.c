@@ -156,8 +156,7 @@ ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
         return NGX_OK;
     }
 
-    ngx_http_esi_purge_done(p, ngx_http_esi_purge_found(p)
-                               ? NGX_HTTP_OK : NGX_HTTP_NOT_FOUND, NULL);
+    ngx_http_esi_purge_done(p, ngx_http_esi_purge_status(p), NULL);
 
     return NGX_OK;
 }
@@ -209,6 +208,11 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
 
     p->soft = plcf->soft;
 
+    /* ngx_cache_purge's directives answer a miss with its 412 */
+
+    p->miss = (plcf->compat && plcf->legacy_status)
+              ? NGX_HTTP_PRECONDITION_FAILED : NGX_HTTP_NOT_FOUND;
+
     rc = ngx_http_esi_purge_tags(r, p);
 
     if (rc == NGX_ERROR) {
@@ -226,6 +230,10 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "esi: a purge by tag names no tag");
         return NGX_HTTP_BAD_REQUEST;
+    }
+
+    if (p->kind == NGX_HTTP_ESI_PURGE_KEY && plcf->all) {
+        p->kind = NGX_HTTP_ESI_PURGE_ALL;
     }
 
     if (p->kind == NGX_HTTP_ESI_PURGE_KEY) {
@@ -357,6 +365,7 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
     p->pool = pool;
     p->log = d->log;
     p->order = order;
+    p->miss = NGX_HTTP_NOT_FOUND;
 
     which = esi_wire_u16(&purge, ESI_WIRE_PURGE_WHICH_OFFSET);
     p->soft = esi_wire_bool(&purge, ESI_WIRE_PURGE_SOFT_BIT);
@@ -1035,8 +1044,7 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
     kind = &ngx_http_esi_purge_kinds[p->kind];
 
     if (p->status == 0) {
-        p->status = ngx_http_esi_purge_found(p) ? NGX_HTTP_OK
-                                                : NGX_HTTP_NOT_FOUND;
+        p->status = ngx_http_esi_purge_status(p);
     }
 
     ngx_http_esi_purge_log(p);
@@ -1131,7 +1139,7 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
            : "Key";
 
     status = p->status == NGX_HTTP_OK ? "purged"
-             : p->status == NGX_HTTP_NOT_FOUND ? "not cached"
+             : p->status == p->miss ? "not cached"
              : "unavailable";
 
     if (type == NGX_HTTP_ESI_PURGE_JSON) {
@@ -1236,6 +1244,7 @@ ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
         break;
 
     case NGX_HTTP_NOT_FOUND:
+    case NGX_HTTP_PRECONDITION_FAILED:
         last = ngx_cpymem(last, "<html><head><title>Not cached</title>"
                           "</head><body><h1>Not cached</h1>",
                           sizeof("<html><head><title>Not cached</title>"

@@ -23,6 +23,16 @@ static char *ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static char *ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_esi_purge_compat(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_http_complex_value_t *ngx_http_esi_purge_compile(ngx_conf_t *cf,
+    ngx_str_t *value);
+static char *ngx_http_esi_purge_named(ngx_conf_t *cf,
+    ngx_http_esi_purge_loc_conf_t *plcf, ngx_str_t *name, ngx_str_t *key);
+static char *ngx_http_esi_purge_method(ngx_conf_t *cf,
+    ngx_http_esi_purge_loc_conf_t *plcf, ngx_str_t *name);
+static char *ngx_http_esi_purge_from(ngx_conf_t *cf,
+    ngx_http_esi_purge_loc_conf_t *plcf, ngx_uint_t first);
 static char *ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_purge_tag_headers(ngx_conf_t *cf,
@@ -30,6 +40,7 @@ static char *ngx_http_esi_purge_tag_headers(ngx_conf_t *cf,
 static ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf,
     ngx_shm_zone_t *zone);
 static ngx_shm_zone_t *ngx_http_esi_purge_cache_zone(ngx_conf_t *cf);
+static ngx_http_complex_value_t *ngx_http_esi_purge_proxy_key(ngx_conf_t *cf);
 static ngx_int_t ngx_http_esi_purge_named_zones(ngx_conf_t *cf,
     ngx_http_esi_purge_main_conf_t *pmcf);
 static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
@@ -42,6 +53,10 @@ static ngx_conf_enum_t  ngx_http_esi_purge_response_types[] = {
     { ngx_string("text"), NGX_HTTP_ESI_PURGE_TEXT },
     { ngx_null_string, 0 }
 };
+
+
+/* proxy_cache_purge's mark: the key defaults to proxy_cache_key's default */
+static ngx_uint_t  ngx_http_esi_purge_proxy;
 
 
 /* the tag headers of every convention, when esi_purge_tag_headers is not set */
@@ -77,6 +92,48 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
       ngx_conf_set_flag_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_purge_loc_conf_t, soft),
+      NULL },
+
+    { ngx_string("proxy_cache_purge"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_esi_purge_compat,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      &ngx_http_esi_purge_proxy },
+
+    { ngx_string("fastcgi_cache_purge"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_esi_purge_compat,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("uwsgi_cache_purge"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_esi_purge_compat,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("scgi_cache_purge"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_esi_purge_compat,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("cache_purge_response_type"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_loc_conf_t, response_type),
+      &ngx_http_esi_purge_response_types },
+
+    { ngx_string("cache_purge_legacy_status"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_loc_conf_t, legacy_status),
       NULL },
 
     { ngx_string("esi_cache_purge_response_type"),
@@ -343,8 +400,15 @@ ngx_http_esi_purge_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_str_t  *h;
     ngx_uint_t  i;
 
+    static ngx_str_t  default_key = ngx_string("$uri$is_args$args");
+
     ngx_conf_init_size_value(pmcf->index, 64 * 1024 * 1024);
     ngx_conf_init_msec_value(pmcf->timeout, 60000);
+
+    pmcf->default_key = ngx_http_esi_purge_compile(cf, &default_key);
+    if (pmcf->default_key == NULL) {
+        return NGX_CONF_ERROR;
+    }
 
     if (pmcf->tag_headers == NULL) {
         pmcf->tag_headers = ngx_array_create(cf->pool, 6, sizeof(ngx_str_t));
@@ -410,6 +474,7 @@ ngx_http_esi_purge_create_loc_conf(ngx_conf_t *cf)
 
     plcf->soft = NGX_CONF_UNSET;
     plcf->response_type = NGX_CONF_UNSET_UINT;
+    plcf->legacy_status = NGX_CONF_UNSET;
 
     return plcf;
 }
@@ -421,37 +486,29 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_esi_purge_loc_conf_t *prev = parent;
     ngx_http_esi_purge_loc_conf_t *conf = child;
 
-    ngx_http_compile_complex_value_t   ccv;
-
-    static ngx_str_t  default_key = ngx_string("$uri$is_args$args");
+    ngx_http_esi_purge_main_conf_t  *pmcf;
 
     ngx_conf_merge_value(conf->soft, prev->soft, 0);
     ngx_conf_merge_uint_value(conf->response_type, prev->response_type,
                               NGX_HTTP_ESI_PURGE_HTML);
+    ngx_conf_merge_value(conf->legacy_status, prev->legacy_status, 1);
 
     if (conf->key == NULL) {
         conf->key = prev->key;
     }
 
-    if (conf->key == NULL) {
-        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-
-        ccv.cf = cf;
-        ccv.value = &default_key;
-        ccv.complex_value = ngx_palloc(cf->pool,
-                                       sizeof(ngx_http_complex_value_t));
-        if (ccv.complex_value == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
-            return NGX_CONF_ERROR;
-        }
-
-        conf->key = ccv.complex_value;
-    }
-
     if (conf->purge == NGX_HTTP_ESI_PURGE_METHOD) {
+
+        pmcf = ngx_http_conf_get_module_main_conf(cf,
+                                                  ngx_http_esi_purge_module);
+
+        if (conf->key == NULL) {
+            conf->key = conf->proxy ? ngx_http_esi_purge_proxy_key(cf)
+                                    : pmcf->default_key;
+            if (conf->key == NULL) {
+                return NGX_CONF_ERROR;
+            }
+        }
 
         conf->zone = ngx_http_esi_purge_cache_zone(cf);
 
@@ -485,14 +542,9 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_esi_purge_loc_conf_t *plcf = conf;
 
-    ngx_int_t                          rc;
-    ngx_str_t                         *value, *method, name, key;
-    ngx_uint_t                         i, k, from;
-    ngx_cidr_t                        *cidr;
-    ngx_http_core_loc_conf_t          *clcf;
-    ngx_http_compile_complex_value_t   ccv;
-    ngx_http_esi_purge_loc_conf_t    **named;
-    ngx_http_esi_purge_main_conf_t    *pmcf;
+    char        *rv;
+    ngx_str_t   *value, name, key;
+    ngx_uint_t   i, from;
 
     if (plcf->purge != NGX_HTTP_ESI_PURGE_OFF) {
         return "is duplicate";
@@ -529,40 +581,7 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             return "needs \"zone=NAME\" and \"key=KEY\"";
         }
 
-        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-
-        ccv.cf = cf;
-        ccv.value = &key;
-        ccv.complex_value = ngx_palloc(cf->pool,
-                                       sizeof(ngx_http_complex_value_t));
-        if (ccv.complex_value == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
-            return NGX_CONF_ERROR;
-        }
-
-        plcf->purge = NGX_HTTP_ESI_PURGE_LOCATION;
-        plcf->zone_name = name;
-        plcf->key = ccv.complex_value;
-
-        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-        clcf->handler = ngx_http_esi_purge_handler;
-
-        /* any *_cache_path may declare the zone, before or after this */
-
-        pmcf = ngx_http_conf_get_module_main_conf(cf,
-                                                  ngx_http_esi_purge_module);
-
-        named = ngx_array_push(&pmcf->named);
-        if (named == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        *named = plcf;
-
-        return NGX_CONF_OK;
+        return ngx_http_esi_purge_named(cf, plcf, &name, &key);
     }
 
     /* METHOD ... from all | ADDRESS|CIDR ... */
@@ -580,45 +599,211 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                "\"zone=NAME key=KEY\"";
     }
 
-    plcf->methods = ngx_array_create(cf->pool, from - 1, sizeof(ngx_str_t));
-    if (plcf->methods == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    for (k = 1; k < from; k++) {
-        for (i = 0; i < value[k].len; i++) {
-            if ((value[k].data[i] < 'A' || value[k].data[i] > 'Z')
-                && value[k].data[i] != '_' && value[k].data[i] != '-')
-            {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid method \"%V\"", &value[k]);
-                return NGX_CONF_ERROR;
-            }
+    for (i = 1; i < from; i++) {
+        rv = ngx_http_esi_purge_method(cf, plcf, &value[i]);
+        if (rv != NGX_CONF_OK) {
+            return rv;
         }
-
-        method = ngx_array_push(plcf->methods);
-        if (method == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        *method = value[k];
     }
 
     plcf->purge = NGX_HTTP_ESI_PURGE_METHOD;
 
-    if (cf->args->nelts == from + 2 && value[from + 1].len == 3
-        && ngx_strncmp(value[from + 1].data, "all", 3) == 0)
+    return ngx_http_esi_purge_from(cf, plcf, from + 1);
+}
+
+
+/*
+ * ngx_cache_purge's directives, with its meaning, so that its users'
+ * configurations work as they are (and get every variant, tags, the index):
+ *
+ *     proxy_cache_purge on | off | METHOD [purge_all] [from all | ADDRESS ...];
+ *     proxy_cache_purge ZONE KEY;
+ *
+ * and fastcgi_, uwsgi_ and scgi_cache_purge alike.  A miss is its 412, or
+ * 404 with cache_purge_legacy_status off.
+ */
+
+static char *
+ngx_http_esi_purge_compat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_esi_purge_loc_conf_t *plcf = conf;
+
+    char        *rv;
+    ngx_str_t   *value, on = ngx_string("PURGE");
+    ngx_uint_t   i;
+
+    if (plcf->purge != NGX_HTTP_ESI_PURGE_OFF || plcf->compat) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    plcf->compat = 1;
+
+    if (cf->args->nelts == 3
+        && ngx_strcmp(value[2].data, "from") != 0
+        && ngx_strcmp(value[2].data, "purge_all") != 0)
+    {
+        return ngx_http_esi_purge_named(cf, plcf, &value[1], &value[2]);
+    }
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        return cf->args->nelts == 2 ? NGX_CONF_OK : "takes nothing after off";
+    }
+
+    rv = ngx_http_esi_purge_method(cf, plcf,
+                                   ngx_strcmp(value[1].data, "on") == 0
+                                   ? &on : &value[1]);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    plcf->purge = NGX_HTTP_ESI_PURGE_METHOD;
+
+    /* the proxy module's default proxy_cache_key */
+
+    plcf->proxy = (cmd->post != NULL);
+
+    i = 2;
+
+    if (i < cf->args->nelts && ngx_strcmp(value[i].data, "purge_all") == 0) {
+        plcf->all = 1;
+        i++;
+    }
+
+    if (i == cf->args->nelts) {
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_strcmp(value[i].data, "from") != 0 || i + 1 == cf->args->nelts) {
+        return "must be \"on|off|METHOD [purge_all] [from all|ADDRESS ...]\" "
+               "or \"ZONE KEY\"";
+    }
+
+    return ngx_http_esi_purge_from(cf, plcf, i + 1);
+}
+
+
+static ngx_http_complex_value_t *
+ngx_http_esi_purge_compile(ngx_conf_t *cf, ngx_str_t *value)
+{
+    ngx_http_compile_complex_value_t  ccv;
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+    ccv.cf = cf;
+    ccv.value = value;
+    ccv.complex_value = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (ccv.complex_value == NULL) {
+        return NULL;
+    }
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NULL;
+    }
+
+    return ccv.complex_value;
+}
+
+
+/* the separate-location form: every request here purges KEY from ZONE */
+
+static char *
+ngx_http_esi_purge_named(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf,
+    ngx_str_t *name, ngx_str_t *key)
+{
+    ngx_http_core_loc_conf_t         *clcf;
+    ngx_http_esi_purge_loc_conf_t   **named;
+    ngx_http_esi_purge_main_conf_t   *pmcf;
+
+    plcf->key = ngx_http_esi_purge_compile(cf, key);
+    if (plcf->key == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    plcf->purge = NGX_HTTP_ESI_PURGE_LOCATION;
+    plcf->zone_name = *name;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_esi_purge_handler;
+
+    /* any *_cache_path may declare the zone, before or after this */
+
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_purge_module);
+
+    named = ngx_array_push(&pmcf->named);
+    if (named == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *named = plcf;
+
+    return NGX_CONF_OK;
+}
+
+
+/* a method the same-location form purges on */
+
+static char *
+ngx_http_esi_purge_method(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf,
+    ngx_str_t *name)
+{
+    ngx_str_t   *method;
+    ngx_uint_t   i;
+
+    for (i = 0; i < name->len; i++) {
+        if ((name->data[i] < 'A' || name->data[i] > 'Z')
+            && name->data[i] != '_' && name->data[i] != '-')
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid method \"%V\"", name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (plcf->methods == NULL) {
+        plcf->methods = ngx_array_create(cf->pool, 2, sizeof(ngx_str_t));
+        if (plcf->methods == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    method = ngx_array_push(plcf->methods);
+    if (method == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *method = *name;
+
+    return NGX_CONF_OK;
+}
+
+
+/* "from all | ADDRESS|CIDR ...", from the first-th argument on */
+
+static char *
+ngx_http_esi_purge_from(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf,
+    ngx_uint_t first)
+{
+    ngx_int_t    rc;
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+    ngx_cidr_t  *cidr;
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == first + 1 && value[first].len == 3
+        && ngx_strncmp(value[first].data, "all", 3) == 0)
     {
         return NGX_CONF_OK;
     }
 
-    plcf->from = ngx_array_create(cf->pool, cf->args->nelts - from - 1,
+    plcf->from = ngx_array_create(cf->pool, cf->args->nelts - first,
                                   sizeof(ngx_cidr_t));
     if (plcf->from == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    for (i = from + 1; i < cf->args->nelts; i++) {
+    for (i = first; i < cf->args->nelts; i++) {
         cidr = ngx_array_push(plcf->from);
         if (cidr == NULL) {
             return NGX_CONF_ERROR;
@@ -799,6 +984,84 @@ ngx_http_esi_purge_cache_zone(ngx_conf_t *cf)
     }
 
     return NULL;
+}
+
+
+/*
+ * proxy_cache_purge in the cached location purges the key the proxy module
+ * stores a response under when the location sets no proxy_cache_key:
+ * proxy_pass's scheme and host ("http://" and host[:port], the port only
+ * when it is not the scheme's) followed by the request's URI.  $proxy_host
+ * is set only once the proxy module handles a request, which a purge never
+ * reaches, so the key is spelt here from proxy_pass's upstream.  A location
+ * with a proxy_cache_key of its own, or a proxy_pass with a URI, sets
+ * esi_cache_purge_key to its key (ngx_http_esi_purge_check_key() says so).
+ */
+
+static ngx_http_complex_value_t *
+ngx_http_esi_purge_proxy_key(ngx_conf_t *cf)
+{
+    u_char                        *p;
+    in_port_t                      port;
+    ngx_str_t                      key;
+    ngx_uint_t                     i;
+    const char                    *scheme;
+    ngx_http_conf_ctx_t           *ctx;
+    ngx_http_upstream_conf_t      *ucf;
+    ngx_http_upstream_srv_conf_t  *uscf;
+
+    ctx = cf->ctx;
+    ucf = NULL;
+    uscf = NULL;
+
+    for (i = 0; cf->cycle->modules[i]; i++) {
+        if (ngx_strcmp(cf->cycle->modules[i]->name, "ngx_http_proxy_module")
+            == 0)
+        {
+            ucf = ctx->loc_conf[cf->cycle->modules[i]->ctx_index];
+            uscf = ucf->upstream;
+            break;
+        }
+    }
+
+    if (uscf == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"proxy_cache_purge\" cannot know this "
+                           "location's cache key (proxy_pass with variables):"
+                           " set \"esi_cache_purge_key\" to its "
+                           "proxy_cache_key");
+        return NULL;
+    }
+
+    scheme = "http://";
+    port = 80;
+
+#if (NGX_HTTP_SSL)
+    if (ucf->ssl) {
+        scheme = "https://";
+        port = 443;
+    }
+#endif
+
+    key.len = sizeof("https://") - 1 + uscf->host.len + sizeof(":65535") - 1
+              + sizeof("$request_uri") - 1;
+
+    key.data = ngx_pnalloc(cf->pool, key.len);
+    if (key.data == NULL) {
+        return NULL;
+    }
+
+    p = ngx_cpymem(key.data, scheme, ngx_strlen(scheme));
+    p = ngx_cpymem(p, uscf->host.data, uscf->host.len);
+
+    if (!uscf->no_port && uscf->port != port) {
+        p = ngx_sprintf(p, ":%d", (int) uscf->port);
+    }
+
+    p = ngx_cpymem(p, "$request_uri", sizeof("$request_uri") - 1);
+    key.len = p - key.data;
+
+    return ngx_http_esi_purge_compile(cf, &key);
 }
 
 

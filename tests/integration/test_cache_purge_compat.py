@@ -1,0 +1,143 @@
+"""ngx_cache_purge's directives (the nginx-modules fork, as Debian's
+libnginx-mod-http-cache-purge documents them) on this module: an
+operator's configuration works by swapping the load_module line, and gets
+every Vary variant on top.  Misses are its 412, or 404 with
+cache_purge_legacy_status off."""
+
+import json
+
+from test_purge import VARY, PurgeTestCase
+
+# the harness's "location /" has no proxy_cache_key: proxy's default
+SAME = "proxy_cache_purge PURGE from 127.0.0.1;"
+
+SEPARATE = """
+        location ~ /purge(/.*) {
+            allow 127.0.0.1;
+            deny all;
+            proxy_cache_purge pages http://127.0.0.1:@@ORIGIN@@$1$is_args$args;
+        }
+"""
+
+
+class CompatTestCase(PurgeTestCase):
+    LOCATION = SAME
+    LOCATIONS = SEPARATE
+
+    def stored(self, path="/p"):
+        """path cached in two Vary variants."""
+        before = len(self.cache_files())
+        self.origin.route(path, "body", headers=VARY)
+        for variant in ("a", "b"):
+            self.assertEqual(self.cache_status(path, variant), "MISS")
+        self.assertEqual(len(self.cache_files()), before + 2)
+
+
+class SameLocationCompatTest(CompatTestCase):
+
+    def test_purge_with_proxys_default_key_removes_every_variant(self):
+        self.stored()
+        r = self.purge("/p")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.header("Cache-Purge-Result"), "exact; count=2")
+        self.assertEqual(self.cache_files(), [])
+        self.assertEqual(self.cache_status("/p", "a"), "MISS")
+        self.assertNotIn("esi_cache_purge_key gives", self.error_log())
+
+    def test_a_miss_is_412(self):
+        r = self.purge("/never")
+        self.assertEqual(r.status, 412)
+
+    def test_other_methods_are_not_purges(self):
+        self.stored()
+        r = self.fetch("/p", method="BAN")      # the origin's answer
+        self.assertIsNone(r.header("Cache-Purge-Result"))
+        self.assertEqual(len(self.cache_files()), 2)
+
+
+class SeparateLocationCompatTest(CompatTestCase):
+
+    def test_zone_and_key_in_a_location_of_their_own(self):
+        self.stored()
+        r = self.fetch("/purge/p")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.header("Cache-Purge-Result"), "exact; count=2")
+        self.assertEqual(self.cache_files(), [])
+
+
+class LegacyStatusOffTest(CompatTestCase):
+    HTTP = "cache_purge_legacy_status off;"
+
+    def test_a_miss_is_404(self):
+        self.assertEqual(self.purge("/never").status, 404)
+
+
+class OnAndPurgeAllTest(CompatTestCase):
+    LOCATION = "proxy_cache_purge on purge_all from 127.0.0.1;"
+    HTTP = "cache_purge_response_type json;"
+
+    def test_on_is_purge_and_purge_all_empties_the_zone(self):
+        self.stored("/p")
+        self.stored("/q")
+        r = self.purge("/p")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.header("Content-Type"), "application/json")
+        self.assertEqual(json.loads(r.body)["kind"], "all")
+        self.assertEqual(json.loads(r.body)["count"], 4)
+        self.assertEqual(self.cache_files(), [])
+
+
+class OffTest(CompatTestCase):
+    LOCATION = "proxy_cache_purge off;"
+
+    def test_off_purges_nothing(self):
+        self.stored()
+        self.purge("/p")
+        self.assertEqual(len(self.cache_files()), 2)
+
+
+class ConfigurationTest(CompatTestCase):
+    ESID = False
+
+    def nginx_t(self, location):
+        from test_limits import ConfigurationErrorTest
+        return ConfigurationErrorTest.nginx_t(self, location)
+
+    def test_both_forms_and_bad_ones(self):
+        for good in ("proxy_cache_purge on;", "proxy_cache_purge PURGE;",
+                     "proxy_cache_purge PURGE purge_all from all;"):
+            code, out = self.nginx_t(good)
+            self.assertEqual(code, 0, good + "\n" + out)
+        for bad in ("proxy_cache_purge purge from all;",
+                    "proxy_cache_purge PURGE from;",
+                    "proxy_cache_purge PURGE to 127.0.0.1;",
+                    "proxy_cache_purge off now;"):
+            code, out = self.nginx_t(bad)
+            self.assertNotEqual(code, 0, bad)
+
+
+class OwnCacheKeyTest(CompatTestCase):
+    """ngx_cache_purge's README sets proxy_cache_key; this module cannot
+    read it, so the location names it once more in esi_cache_purge_key, and
+    a location that does not is told, in the error log, on its first cached
+    answer."""
+    LOCATION = """
+            proxy_cache_key $uri$is_args$args;
+            esi_cache_purge_key $uri$is_args$args;
+            proxy_cache_purge PURGE from 127.0.0.1;
+"""
+
+    def test_the_key_named_twice_purges(self):
+        self.stored()
+        self.assertEqual(self.purge("/p").status, 200)
+        self.assertEqual(self.cache_files(), [])
+
+    def test_without_it_the_log_says_so(self):
+        self.LOCATION = """
+            proxy_cache_key $uri$is_args$args;
+            proxy_cache_purge PURGE from 127.0.0.1;
+"""
+        self.stored()
+        self.assertIn('esi_cache_purge_key gives "http://127.0.0.1:%d/p" '
+                      'where the cache key is "/p"' % self.origin.port,
+                      self.error_log())
