@@ -362,7 +362,7 @@ int main(int argc, char** argv) try {
   if (fleetSettings) {
     fleet.emplace(
         loop, *fleetSettings,
-        [&orders](const esi::PurgeQuery& query, esi::Fleet::Applied done) {
+        [&orders](const esi::PurgeQuery& query, const esi::Fleet::Applied& done) {
           orders.order(query,
                        [done](const esi::PurgeOrderOutcome& o) { done(o.count, o.error); },
                        esi::PurgeOrderOptions{true, false});

@@ -548,7 +548,7 @@ nlohmann::json Fleet::stats() const {
           {"fleet_lag_ms", lagMs_}};
 }
 
-void Fleet::describe(Answer answer) {
+void Fleet::describe(const Answer& answer) {
   nlohmann::json self = {{"node", options_.node},
                          {"stream", options_.stream},
                          {"redis", options_.redis.text()},
@@ -605,7 +605,7 @@ void Fleet::describe(Answer answer) {
   if (!sent) answer(std::move(self));
 }
 
-void Fleet::acks(const std::string& uid, Answer answer) {
+void Fleet::acks(const std::string& uid, const Answer& answer) {
   const bool sent = writer_.command({"HGETALL", key("acks:" + uid)}, [answer](const redisReply* r) {
     nlohmann::json out = {{"acks", nlohmann::json::object()}};
     for (const auto& [node, count] : pairs(r).value_or(Pairs{})) {

@@ -88,9 +88,9 @@ class Fleet {
   // Counters for `esictl stats`, named fleet_*.
   nlohmann::json stats() const;
   // `esictl fleet`: this node, and every node's last heartbeat from Redis.
-  void describe(Answer answer);
+  void describe(const Answer& answer);
   // Which nodes acknowledged the purge uid, with their counts.
-  void acks(const std::string& uid, Answer answer);
+  void acks(const std::string& uid, const Answer& answer);
 
   const FleetOptions& options() const { return options_; }
 

@@ -256,7 +256,7 @@ bool RedisLink::send(const std::vector<std::string>& args, Reply reply, uint64_t
                             lengths.data()) != REDIS_OK) {
     return false;
   }
-  call.release();  // onReply owns it now
+  static_cast<void>(call.release());  // onReply owns it now
   deadlines_.push_back(uv_now(loop_) + timeoutMs);
   return true;
 }

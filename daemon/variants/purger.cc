@@ -32,7 +32,11 @@ void Purger::announce(std::string_view name, std::string_view path, uint64_t ind
   }
   Zone& zone = zones_[std::string(name)];
   zone.path = path;
-  zone.tagHeaders = tagHeaders.empty() ? defaultTagHeaders() : std::move(tagHeaders);
+  if (tagHeaders.empty()) {
+    zone.tagHeaders = defaultTagHeaders();
+  } else {
+    zone.tagHeaders = std::move(tagHeaders);
+  }
   zone.indexBytes = indexBytes;
   zone.index = std::make_unique<ZoneIndex>(indexBytes);
   spdlog::info("zone {} at {}: building its variant index", name, path);
