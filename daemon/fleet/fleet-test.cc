@@ -60,7 +60,9 @@ TEST(FleetEntry, ASoftPurgeStaysSoft) {
   EXPECT_TRUE(soft->query.soft);
   auto fields = encodeEntry(e);
   Fields bad;
-  for (const auto& [name, value] : fields) bad.emplace_back(name, name == "soft" ? "yes" : value);
+  for (const auto& [name, value] : fields) {
+    bad.emplace_back(name, name == "soft" ? std::string_view("yes") : std::string_view(value));
+  }
   EXPECT_FALSE(decodeEntry(bad, &why));
 }
 
