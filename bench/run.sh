@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # The benchmark suite, one command:
 #
-#   bench/run.sh [--smoke | --short | --full | --purge [--full-purge]]
+#   bench/run.sh [--smoke | --short | --full | --purge [--full-purge] | --fleet]
 #                [--build-dir DIR] [--micro]
 #
 #   --smoke   start every target and check each answers the expected bytes,
-#             and one purge each way on a 1k-file zone; no timing (well
-#             under a minute; this is what CI runs)
+#             and one purge each way on a 1k-file zone, and the fleet's
+#             smoke (10 purges and 1 s at 1,000/s, each reaching all three
+#             nodes); no timing (well under a minute; this is what CI runs)
 #   --short   a quick look: 4 rows of the Varnish matrix (default)
 #   --full    the record: the whole Varnish matrix and the ESI-cost matrix
 #   --purge   the purge benchmark (bench/purge.py): zones of 10k and 100k
 #             cache files, purge by zone scan, by esid's index and by
 #             ngx_cache_purge 2.3, warm and cold page cache
 #   --full-purge  the same, then a 1M-file zone on its own (implies --purge)
+#   --fleet   the fleet benchmark (bench/fleet.py): Redis and three NGINX +
+#             esid nodes; fan-out latency of 1,000 purges and a 10 s run at
+#             1,000 purges/s with each node's lag, Redis' memory and cost
 #   --rev REV build and measure commit REV (a clean `git archive` of it, in
 #             build-bench/rev-SHA/) rather than the work tree
 #   --build-dir DIR   use the esid and module already built in DIR instead of
@@ -24,7 +28,8 @@
 # python3), builds the project, then hands over to bench/bench.py, which
 # starts the origin, Varnish, NGINX + module + esid, NGINX SSI and NGINX with
 # ESI off on 127.0.0.1, verifies their output byte for byte and times them;
-# or, with --purge, to bench/purge.py (and the cache purge module, e2fsprogs).
+# or, with --purge, to bench/purge.py (and the cache purge module, e2fsprogs),
+# with --fleet to bench/fleet.py (and redis-server).
 # Results land in bench/results/; see bench/README.md for the method.
 #
 # Everything started here is stopped on exit, also on failure or ^C.
@@ -40,12 +45,12 @@ sizes=10k,100k
 args=()
 while [ $# -gt 0 ]; do
     case $1 in
-        --smoke|--short|--full|--purge) mode=${1#--}; shift ;;
+        --smoke|--short|--full|--purge|--fleet) mode=${1#--}; shift ;;
         --full-purge) mode=purge; sizes=10k,100k+1m; shift ;;
         --build-dir) build_dir=$2; shift 2 ;;
         --rev) rev=$2; shift 2 ;;
         --micro) micro=1; shift ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) args+=("$1"); shift ;;
     esac
 done
@@ -56,12 +61,15 @@ log() { printf 'bench: %s\n' "$*"; }
 
 if [ "$mode" = purge ]; then
     packages=(nginx python3 e2fsprogs mount)
+elif [ "$mode" = fleet ]; then
+    packages=(nginx python3 redis-server)
 else
     packages=(wrk varnish libnginx-mod-http-echo nginx python3 curl)
 fi
 # ngx_cache_purge 2.3, the purge benchmark's comparison (and its smoke's).
 case $mode in smoke|purge) packages+=(libnginx-mod-http-cache-purge) ;; esac
-case $mode in smoke|purge) ;; *) packages+=(gnuplot-nox) ;; esac
+case $mode in smoke) packages+=(redis-server) ;; esac
+case $mode in smoke|purge|fleet) ;; *) packages+=(gnuplot-nox) ;; esac
 [ -z "$micro" ] || packages+=(libbenchmark-dev)
 if [ -z "$build_dir" ]; then
     # The project's own build dependencies (quick when all are present).
@@ -155,11 +163,19 @@ rc=0
 if [ "$mode" = purge ]; then
     run_py "$root/bench/purge.py" --sizes "$sizes" --build-dir "$build_dir" \
         --product "$product" ${args[@]+"${args[@]}"} || rc=$?
+elif [ "$mode" = fleet ]; then
+    run_py "$root/bench/fleet.py" --build-dir "$build_dir" \
+        --product "$product" ${args[@]+"${args[@]}"} || rc=$?
 else
     run_py "$root/bench/bench.py" --mode "$mode" --build-dir "$build_dir" \
         --product "$product" ${args[@]+"${args[@]}"} || rc=$?
     if [ "$rc" -eq 0 ] && [ "$mode" = smoke ]; then
         run_py "$root/bench/purge.py" --smoke --build-dir "$build_dir" \
+            --product "$product" || rc=$?
+    fi
+    if [ "$rc" -eq 0 ] && [ "$mode" = smoke ]; then
+        # ~3 s: 10 purges and 1 s at 1,000/s over Redis and three nodes.
+        run_py "$root/bench/fleet.py" --smoke --build-dir "$build_dir" \
             --product "$product" || rc=$?
     fi
 fi
