@@ -11,6 +11,13 @@
 #include "ngx_http_esi.h"
 
 
+/* whether a request header is the one named (a literal), in any case */
+#define ngx_http_esi_purge_header_is(h, name)                                 \
+    ((h)->key.len == sizeof(name) - 1                                         \
+     && ngx_strncasecmp((h)->key.data, (u_char *) name, sizeof(name) - 1)    \
+        == 0)
+
+
 static ngx_int_t ngx_http_esi_purge_init(ngx_http_esi_purge_t *p,
     ngx_shm_zone_t *zone);
 static ngx_int_t ngx_http_esi_purge_tags(ngx_http_request_t *r,
@@ -498,12 +505,7 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
             continue;
         }
 
-        if (h[i].key.len == sizeof("X-Magento-Tags-Pattern") - 1
-            && ngx_strncasecmp(h[i].key.data,
-                               (u_char *) "X-Magento-Tags-Pattern",
-                               h[i].key.len)
-               == 0)
-        {
+        if (ngx_http_esi_purge_header_is(&h[i], "X-Magento-Tags-Pattern")) {
             rc = ngx_http_esi_purge_pattern(r, p, &h[i].value);
 
             if (rc != NGX_OK) {
@@ -513,22 +515,13 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
             continue;
         }
 
-        if (!ngx_http_esi_purge_index_tag_header(pmcf, &h[i].key)
-            && !(h[i].key.len == sizeof("xkey-purge") - 1
-                 && ngx_strncasecmp(h[i].key.data, (u_char *) "xkey-purge",
-                                    h[i].key.len)
-                    == 0)
-            && !(h[i].key.len == sizeof("xkey-softpurge") - 1
-                 && ngx_strncasecmp(h[i].key.data,
-                                    (u_char *) "xkey-softpurge",
-                                    h[i].key.len)
-                    == 0))
+        if (ngx_http_esi_purge_header_is(&h[i], "xkey-softpurge")) {
+            p->soft = 1;
+
+        } else if (!ngx_http_esi_purge_header_is(&h[i], "xkey-purge")
+                   && !ngx_http_esi_purge_index_tag_header(pmcf, &h[i].key))
         {
             continue;
-        }
-
-        if (h[i].key.len == sizeof("xkey-softpurge") - 1) {
-            p->soft = 1;
         }
 
         if (p->tags == NULL) {
@@ -585,15 +578,8 @@ ngx_http_esi_purge_soft_header(ngx_table_elt_t *h)
         return 0;
     }
 
-    return (h->key.len == sizeof("Fastly-Soft-Purge") - 1
-            && ngx_strncasecmp(h->key.data, (u_char *) "Fastly-Soft-Purge",
-                               h->key.len)
-               == 0)
-           || (h->key.len == sizeof("X-Magento-Purge-Soft") - 1
-               && ngx_strncasecmp(h->key.data,
-                                  (u_char *) "X-Magento-Purge-Soft",
-                                  h->key.len)
-                  == 0);
+    return ngx_http_esi_purge_header_is(h, "Fastly-Soft-Purge")
+           || ngx_http_esi_purge_header_is(h, "X-Magento-Purge-Soft");
 }
 
 

@@ -77,6 +77,14 @@ class MagentoTest(ClientTestCase):
         self.assertPurged(r, 200, "tag; count=0")
         self.assertEqual(len(self.cache_files()), 3)
 
+    def test_a_purge_by_x_magento_tags_is_a_purge_not_a_soft_one(self):
+        # the header as pages carry it, sent on a purge by a script
+        self.store_all()
+        r = self.purge("/", {"X-Magento-Tags": "cms_p_1"})
+        self.assertPurged(r, 200, "tag; count=1")
+        self.assertState(missed=["/cms/home"],
+                         hit=["/product/42", "/category/7"])
+
     def test_the_flush_pattern_purges_the_whole_zone(self):
         self.store_all()
         r = self.purge("/", {"X-Magento-Tags-Pattern": ".*"})
