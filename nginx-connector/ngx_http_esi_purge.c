@@ -28,6 +28,8 @@ static ngx_int_t ngx_http_esi_purge_pattern(ngx_http_request_t *r,
 static ngx_int_t ngx_http_esi_purge_send(ngx_http_esi_purge_t *p);
 static ngx_uint_t ngx_http_esi_purge_file(ngx_http_esi_purge_t *p,
     const u_char *key);
+static void ngx_http_esi_purge_name(ngx_http_esi_purge_t *p,
+    const u_char *key);
 static ngx_uint_t ngx_http_esi_purge_stale(ngx_http_esi_purge_t *p,
     const u_char *key);
 static ngx_http_file_cache_node_t *ngx_http_esi_cache_lookup(
@@ -771,7 +773,6 @@ ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
 static ngx_uint_t
 ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
 {
-    u_char                      *last;
     ngx_err_t                    err;
     ngx_uint_t                   marked, unlinked;
     ngx_http_file_cache_t       *cache;
@@ -800,11 +801,7 @@ ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
 
     ngx_shmtx_unlock(&cache->shpool->mutex);
 
-    last = ngx_hex_dump(p->name + cache->path->name.len + 1 + cache->path->len,
-                        (u_char *) key, NGX_HTTP_CACHE_KEY_LEN);
-    *last = '\0';
-
-    ngx_create_hashed_filename(cache->path, p->name, p->name_len);
+    ngx_http_esi_purge_name(p, key);
 
     if (ngx_delete_file(p->name) == NGX_FILE_ERROR) {
         err = ngx_errno;
@@ -828,6 +825,24 @@ ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
 
 /* ngx_http_file_cache_lookup(), which is static */
 
+/* p->name: the path of the cache file named by key, in p's zone */
+
+static void
+ngx_http_esi_purge_name(ngx_http_esi_purge_t *p, const u_char *key)
+{
+    u_char                 *last;
+    ngx_http_file_cache_t  *cache;
+
+    cache = p->cache;
+
+    last = ngx_hex_dump(p->name + cache->path->name.len + 1 + cache->path->len,
+                        (u_char *) key, NGX_HTTP_CACHE_KEY_LEN);
+    *last = '\0';
+
+    ngx_create_hashed_filename(cache->path, p->name, p->name_len);
+}
+
+
 /*
  * A soft purge: the file stays and is marked stale, as NGINX reads an
  * object's freshness from its file's header on every hit (valid_sec): the
@@ -839,21 +854,13 @@ ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
 static ngx_uint_t
 ngx_http_esi_purge_stale(ngx_http_esi_purge_t *p, const u_char *key)
 {
-    u_char                 *last;
-    time_t                  valid;
-    ssize_t                 n;
-    uint64_t                version;
-    ngx_fd_t                fd;
-    ngx_uint_t              marked;
-    ngx_http_file_cache_t  *cache;
+    time_t       valid;
+    ssize_t      n;
+    uint64_t     version;
+    ngx_fd_t     fd;
+    ngx_uint_t   marked;
 
-    cache = p->cache;
-
-    last = ngx_hex_dump(p->name + cache->path->name.len + 1 + cache->path->len,
-                        (u_char *) key, NGX_HTTP_CACHE_KEY_LEN);
-    *last = '\0';
-
-    ngx_create_hashed_filename(cache->path, p->name, p->name_len);
+    ngx_http_esi_purge_name(p, key);
 
     fd = ngx_open_file(p->name, NGX_FILE_RDWR, NGX_FILE_OPEN, 0);
 
