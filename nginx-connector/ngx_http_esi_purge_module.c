@@ -55,10 +55,6 @@ static ngx_conf_enum_t  ngx_http_esi_purge_response_types[] = {
 };
 
 
-/* proxy_cache_purge's mark: the key defaults to proxy_cache_key's default */
-static ngx_uint_t  ngx_http_esi_purge_proxy;
-
-
 /* the tag headers of every convention, when esi_purge_tag_headers is not set */
 
 static ngx_str_t  ngx_http_esi_purge_default_tag_headers[] = {
@@ -99,7 +95,7 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
       ngx_http_esi_purge_compat,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
-      &ngx_http_esi_purge_proxy },
+      NULL },
 
     { ngx_string("fastcgi_cache_purge"),
       NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
@@ -661,7 +657,7 @@ ngx_http_esi_purge_compat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     /* the proxy module's default proxy_cache_key */
 
-    plcf->proxy = (cmd->post != NULL);
+    plcf->proxy = (ngx_strcmp(cmd->name.data, "proxy_cache_purge") == 0);
 
     i = 2;
 
