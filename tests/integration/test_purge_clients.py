@@ -316,3 +316,24 @@ class ResponseTypeTest(ClientTestCase):
         self.assertEqual(r.header("Content-Type"), "text/plain")
         self.assertEqual(r.body, b"not cached\r\nKey: /never\r\n"
                                  b"exact: 0 file(s) removed\r\n")
+
+
+class TagHeadersConfigurationTest(ClientTestCase):
+    ESID = False
+
+    def nginx_t(self, http):
+        from test_limits import ConfigurationErrorTest
+        self.HTTP = http
+        return ConfigurationErrorTest.nginx_t(self, self.LOCATION)
+
+    def test_a_name_that_is_no_header_name_stops_nginx_t(self):
+        for bad, says in (("esi_purge_tag_headers X-Tags:;", "invalid header"),
+                          ("esi_purge_tag_headers %s;" % ("x" * 65),
+                           "longer than 64 bytes"),
+                          ("esi_purge_tag_headers %s;" % " ".join(
+                              "h%d" % i for i in range(33)), "at most 32")):
+            code, out = self.nginx_t(bad)
+            self.assertNotEqual(code, 0, bad)
+            self.assertIn(says, out)
+        code, out = self.nginx_t("esi_purge_tag_headers X-Tags Surrogate-Key;")
+        self.assertEqual(code, 0, out)
