@@ -19,6 +19,8 @@
 //   garbage-ring         a published ring index no ring can have
 //   silent               a Welcome, then never a word: nothing is read
 //   injecting-include    an include whose args hold CR LF and a header line
+//   odd-forget           a Response.forget whose file names are 15 bytes, in
+//                        place of an answer
 //   try                  honest, each answer's verbatim inside a try whose
 //                        attempt succeeds: the except part (a literal) is
 //                        skipped, so pages come back as they went in
@@ -93,6 +95,7 @@ enum class Mode {
   kGarbageRing,
   kSilent,
   kInjectingInclude,
+  kOddForget,
   kTry,
   kTryExceptOutside,
   kTryEndEarly,
@@ -131,6 +134,7 @@ constexpr ModeName kModes[] = {
     {"garbage-ring", Mode::kGarbageRing},
     {"silent", Mode::kSilent},
     {"injecting-include", Mode::kInjectingInclude},
+    {"odd-forget", Mode::kOddForget},
     {"try", Mode::kTry},
     {"try-except-outside", Mode::kTryExceptOutside},
     {"try-end-early", Mode::kTryEndEarly},
@@ -457,6 +461,14 @@ void Connection::misbehave(uint32_t id, Stream& stream, bool last) {
       auto include = splice.initInstructions(1)[0].initInclude();
       include.setPath("/injected");
       include.setArgs("a=1 HTTP/1.0\r\nX-Injected: 1\r\nX-Pad: ");
+      pending_.push_back(record(message));
+      return;
+    }
+    case Mode::kOddForget: {
+      capnp::MallocMessageBuilder message;
+      auto response = message.initRoot<esi::wire::Response>();
+      response.setStream(0);
+      response.initForget(15);
       pending_.push_back(record(message));
       return;
     }

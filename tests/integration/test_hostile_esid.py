@@ -150,6 +150,13 @@ class SilentDaemonTest(ViolationChecks, HostileTestCase):
     REFUSAL = r"esi: esid did not answer stream \d+ in time"
 
 
+class OddForgetTest(ViolationChecks, HostileTestCase):
+    """A forget whose file names are not 16 bytes each: the worker refuses
+    it and drops the connection, forgetting nothing on its word."""
+    MODE = "odd-forget"
+    REFUSAL = r"esi: malformed forget from esid"
+
+
 class InjectingIncludeTest(ViolationChecks, HostileTestCase):
     """An include whose args would end the request line upstream and add a
     header: refused before any subrequest is made."""
