@@ -138,10 +138,6 @@ ngx_http_esi_replay_forget_objects(ngx_http_esi_daemon_t *d,
         return NGX_ERROR;
     }
 
-    if (d->plain == NULL) {
-        return NGX_OK;
-    }
-
     if (len == 0) {
         ngx_memzero(d->plain, NGX_HTTP_ESI_PLAIN_OBJECTS
                               * sizeof(ngx_http_esi_plain_t));
