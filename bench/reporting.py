@@ -57,6 +57,15 @@ def ratio(a, b):
         return float("nan")
 
 
+def composed_limit(fragment, page):
+    """The rate of a server that must send both `page` and `fragment` for
+    every request, at the rates each is served alone: 1 / (1/a + 1/b)."""
+    try:
+        return {"rps": 1.0 / (1.0 / fragment["rps"] + 1.0 / page["rps"])}
+    except (KeyError, ZeroDivisionError, TypeError):
+        return {"rps": float("nan")}
+
+
 def fmt_ratio(x):
     if x != x:
         return "n/a"
@@ -159,22 +168,29 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                  "delay, gzip-accepting client")
         L.append("")
         L.append("Requests per second (median), ratios against Varnish and "
-                 "against our own A/A arm; the last three columns are one "
-                 "fragment fetched from the origin with the same wrk, the "
-                 "ceiling of a 1-fragment row:")
+                 "against our own A/A arm. The last columns are the limit "
+                 "of a 1-fragment row: one fragment fetched from the origin "
+                 "with the same wrk, the assembled page gzipped ahead of "
+                 "time and sent by an NGINX with `gzip_static`, and the two "
+                 "composed (a page costs at least one of each on the same "
+                 "cores: 1 / (1/fragment + 1/static)); for 8 and 32 "
+                 "fragments they are only a reference:")
         L.append("")
         L.append("| N | D | esi_plan off | A/A | A/A drift | plans, no stitch | "
                  "esi on (minimal) | Varnish 7.1 | plan off / Varnish | "
                  "plans, no stitch / Varnish | minimal / Varnish | "
                  "nginx SSI | nginx, no ESI | plan off / no ESI | "
                  "faster (minimal) | one fragment from the origin | "
-                 "minimal / it | Varnish / it |")
+                 "minimal / it | Varnish / it | gzip_static page | "
+                 "composed limit | minimal / limit | Varnish / limit |")
         L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-                 "---:|---:|---:|---|---:|---:|---:|")
+                 "---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
         for row, r in main_res.items():
             aa = ratio(r["esi"], r["esi-aa"])
+            limit = composed_limit(r["origin"], r["static"])
             L.append("| %d | %d ms | %s | %s | %s | %s | %s | %s | %s | %s "
-                     "| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                     "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s "
+                     "| %s |" % (
                          row[0], row[1],
                          cell(r["esi"], "rps", fmt),
                          cell(r["esi-aa"], "rps", fmt), pct(aa),
@@ -190,7 +206,11 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                          verdict(r["minimal"], r["varnish"], aa),
                          cell(r["origin"], "rps", fmt),
                          fmt_ratio(ratio(r["minimal"], r["origin"])),
-                         fmt_ratio(ratio(r["varnish"], r["origin"]))))
+                         fmt_ratio(ratio(r["varnish"], r["origin"])),
+                         cell(r["static"], "rps", fmt),
+                         cell(limit, "rps", fmt),
+                         fmt_ratio(ratio(r["minimal"], limit)),
+                         fmt_ratio(ratio(r["varnish"], limit))))
         L.append("")
         L.append("Latency, p50 / p99 in ms (median of the runs):")
         L.append("")
@@ -319,7 +339,8 @@ def plot(args, base, main_res, cost_res):
     made = []
     jobs = []
     if main_res:
-        arms = ("esi", "esi-aa", "esiplan", "varnish", "ssi", "noesi")
+        arms = ("esi", "esi-aa", "esiplan", "minimal", "varnish", "ssi",
+                "noesi")
         rows = [("N=%d D=%d" % row, r) for row, r in main_res.items()]
         jobs += [(base + "-rps.png", "requests/s (log scale)", "rps", arms,
                   rows, "256 KB shell, N fragments, D ms: requests/s"),

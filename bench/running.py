@@ -1,5 +1,6 @@
 """The benchmark's running: the targets (NGINX + the module + esid, Varnish,
-NGINX SSI, NGINX without ESI, the origin) started from the workload's pages,
+NGINX SSI, NGINX without ESI, the origin, the page gzipped ahead of time)
+started from the workload's pages,
 each answer checked byte for byte, wrk runs with the CPU the target's
 processes spent, and the matrices measured in interleaved rounds.
 
@@ -145,6 +146,20 @@ ORIGIN_HTTP = """\
         location / {
         }
 @@FRAGMENT_LOCATIONS@@
+    }
+"""
+
+STATIC_HTTP = """\
+    access_log off;
+    open_file_cache max=1000;
+
+    server {
+        listen 127.0.0.1:@@PORT@@ backlog=4096;
+        root @@DIR@@/www;
+
+        location /static/ {
+            gzip_static on;
+        }
     }
 """
 
@@ -342,6 +357,15 @@ class Bench(Servers):
         proc, port = self.nginx("noesi", http, "load_module %s;" % module)
         self.targets["noesi"] = Target("noesi", port, [proc])
         log("noesi    on 127.0.0.1:%d (nginx, esi off)" % port)
+
+        # The assembled page, gzipped ahead of time: what one NGINX can
+        # send of the page when nothing is assembled or compressed per
+        # request (half of a 1-fragment row's composed ceiling).
+        http = fill(STATIC_HTTP, {
+            "DIR": os.path.join(self.tmp, "origin")}, strict=False)
+        proc, port = self.nginx("static", http)
+        self.targets["static"] = Target("static", port, [proc])
+        log("static   on 127.0.0.1:%d (nginx, gzip_static)" % port)
 
         # NGINX SSI.
         http = target_http("ssi", "/ssi/", "            ssi on;", "", "-")

@@ -4,6 +4,7 @@ and fragments each row serves, with the bytes every target must answer.
 Everything here is computed from fixed seeds: the same pages every run.
 """
 
+import gzip
 import os
 import random
 
@@ -21,9 +22,11 @@ COST_KINDS = ("dense", "text")  # one '<' per 11 bytes, per 71 bytes
 # target measured again in the same round: the A/A arm.  "esiplan" replays
 # plans without stitching (`esi_stitch off`).
 # "origin" is one fragment fetched from the origin itself, with the same
-# wrk: the ceiling of a 1-fragment row, which no ESI server can pass.
+# wrk, and "static" the assembled page gzipped ahead of time, sent by an
+# NGINX with `gzip_static`: a page costs at least one of each, so the two
+# compose the ceiling of a 1-fragment row, which no ESI server can pass.
 MAIN_ARMS = ("esi", "esiplan", "minimal", "varnish", "ssi", "noesi",
-             "origin", "esi-aa")
+             "origin", "static", "esi-aa")
 COST_ARMS = ("esi-off", "esi-on", "esi-plan", "esi-on-aa")
 ARM_LABEL = {
     "esi": "esi_plan off",
@@ -35,6 +38,7 @@ ARM_LABEL = {
     "ssi": "nginx SSI",
     "noesi": "nginx, no ESI",
     "origin": "one fragment from the origin",
+    "static": "the assembled page, gzip_static",
     "esi-off": "esi off",
     "esi-on": "esi on, esi_plan off",
     "esi-on-aa": "esi on, esi_plan off (A/A)",
@@ -47,7 +51,7 @@ ARM_LABEL = {
 TARGET_OF_ARM = {"esi": "esi", "esi-aa": "esi", "esiplan": "esiplan",
                  "minimal": "minimal",
                  "varnish": "varnish", "ssi": "ssi", "noesi": "noesi",
-                 "origin": "origin", "esi-off": "noesi", "esi-on": "esi",
+                 "origin": "origin", "static": "static", "esi-off": "noesi", "esi-on": "esi",
                  "esi-plan": "esiplan",
                  "esi-on-aa": "esi", "without": "esi", "with": "esi",
                  "with-aa": "esi"}
@@ -276,10 +280,13 @@ def write_pages(www):
         for d in DELAYS:
             esi, ssi, flat = main_pages(n, d)
             name = "n%d-d%d.html" % (n, d)
-            for sub, data in (("esi", esi), ("ssi", ssi), ("flat", flat)):
+            for sub, data in (("esi", esi), ("ssi", ssi), ("flat", flat),
+                              ("static", flat)):
                 os.makedirs(os.path.join(www, sub), exist_ok=True)
                 with open(os.path.join(www, sub, name), "wb") as f:
                     f.write(data)
+            with open(os.path.join(www, "static", name + ".gz"), "wb") as f:
+                f.write(gzip.compress(flat, compresslevel=6, mtime=0))
             row = (n, d)
             expected[("main", row)] = flat
             urls[("main", row, "esi")] = "/esi/" + name
@@ -289,6 +296,7 @@ def write_pages(www):
             urls[("main", row, "ssi")] = "/ssi/" + name
             urls[("main", row, "noesi")] = "/flat/" + name
             urls[("main", row, "origin")] = "/f%d/0" % d
+            urls[("main", row, "static")] = "/static/" + name
     os.makedirs(os.path.join(www, "cost"), exist_ok=True)
     for size in COST_SIZES:
         for kind in COST_KINDS:
