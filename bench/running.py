@@ -145,21 +145,7 @@ ORIGIN_HTTP = """\
 
         location / {
         }
-@@FRAGMENT_LOCATIONS@@
-    }
-"""
-
-STATIC_HTTP = """\
-    access_log off;
-    open_file_cache max=1000;
-
-    server {
-        listen 127.0.0.1:@@PORT@@ backlog=4096;
-        root @@DIR@@/www;
-
-        location /static/ {
-            gzip_static on;
-        }
+@@LOCATIONS@@
     }
 """
 
@@ -295,7 +281,7 @@ class Bench(Servers):
                          "'<div class=\"frag\">$uri</div>'; }" % (d, sleep))
         http = fill(ORIGIN_HTTP, {
             "DIR": os.path.join(self.tmp, "origin"),
-            "FRAGMENT_LOCATIONS": "\n".join(frags)}, strict=False)
+            "LOCATIONS": "\n".join(frags)}, strict=False)
         proc, self.origin_port = self.nginx(
             "origin", http, "load_module %s;" % ECHO_MODULE)
         self.targets["origin"] = Target("origin", self.origin_port, [proc])
@@ -361,8 +347,11 @@ class Bench(Servers):
         # The assembled page, gzipped ahead of time: what one NGINX can
         # send of the page when nothing is assembled or compressed per
         # request (half of a 1-fragment row's composed ceiling).
-        http = fill(STATIC_HTTP, {
-            "DIR": os.path.join(self.tmp, "origin")}, strict=False)
+        http = fill(ORIGIN_HTTP, {
+            "DIR": os.path.join(self.tmp, "origin"),
+            "LOCATIONS":
+                "        location /static/ { gzip_static on; }"},
+            strict=False)
         proc, port = self.nginx("static", http)
         self.targets["static"] = Target("static", port, [proc])
         log("static   on 127.0.0.1:%d (nginx, gzip_static)" % port)
