@@ -518,6 +518,7 @@ typedef struct {
 
     ngx_event_t                reconnect;
     ngx_event_t                wake_event;
+    ngx_event_t                kick_event;  /* esid's eventfd, once */
     ngx_msec_t                 backoff;
     ngx_err_t                  last_err;    /* of the last failed connect */
 

@@ -31,6 +31,7 @@ static void ngx_http_esi_notify_handler(ngx_event_t *rev);
 static ngx_int_t ngx_http_esi_response(ngx_http_esi_daemon_t *d,
     const uint8_t *p, uint32_t len);
 static ngx_int_t ngx_http_esi_flush_posted(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_daemon_kick_handler(ngx_event_t *ev);
 static void ngx_http_esi_free_posted(ngx_http_esi_daemon_t *d);
 
 
@@ -97,6 +98,10 @@ ngx_http_esi_daemon_init_process(ngx_cycle_t *cycle)
     d->wake_event.log = cycle->log;
     d->wake_event.data = d;
 
+    d->kick_event.handler = ngx_http_esi_daemon_kick_handler;
+    d->kick_event.log = cycle->log;
+    d->kick_event.data = d;
+
     d->replay_timer.handler = ngx_http_esi_replay_timer_handler;
     d->replay_timer.log = cycle->log;
     d->replay_timer.data = d;
@@ -127,6 +132,10 @@ ngx_http_esi_daemon_exit_process(ngx_cycle_t *cycle)
 
     if (d->replay_timer.timer_set) {
         ngx_del_timer(&d->replay_timer);
+    }
+
+    if (d->kick_event.posted) {
+        ngx_delete_posted_event(&d->kick_event);
     }
 }
 
@@ -1095,7 +1104,6 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
 void
 ngx_http_esi_daemon_flush(ngx_http_esi_daemon_t *d)
 {
-    uint64_t             one;
     uint32_t            *id;
     ngx_int_t            rc;
     ngx_uint_t           i;
@@ -1163,16 +1171,37 @@ ngx_http_esi_daemon_flush(ngx_http_esi_daemon_t *d)
         }
     }
 
-    if (d->kick) {
-        d->kick = 0;
-        one = 1;
+    /*
+     * esid is woken once the events of this loop iteration have run: the
+     * messages of every request they served share one eventfd write
+     */
 
-        if (write(d->daemon_fd, &one, sizeof(uint64_t)) == -1
-            && ngx_errno != NGX_EAGAIN)
-        {
-            ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
-                          "esi: write() to esid's eventfd failed");
-        }
+    if (d->kick && !d->kick_event.posted) {
+        ngx_post_event(&d->kick_event, &ngx_posted_events);
+    }
+}
+
+
+static void
+ngx_http_esi_daemon_kick_handler(ngx_event_t *ev)
+{
+    uint64_t                one;
+    ngx_http_esi_daemon_t  *d;
+
+    d = ev->data;
+
+    if (!d->kick || d->state != NGX_HTTP_ESI_READY) {
+        return;
+    }
+
+    d->kick = 0;
+    one = 1;
+
+    if (write(d->daemon_fd, &one, sizeof(uint64_t)) == -1
+        && ngx_errno != NGX_EAGAIN)
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, ngx_errno,
+                      "esi: write() to esid's eventfd failed");
     }
 }
 
