@@ -369,6 +369,10 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   plan_starved:1; /* ... for more body */
     unsigned                   plan_failed:1;
     unsigned                   segments:1;   /* the response is stitched */
+    unsigned                   memory_above:1; /* a filter above needs the
+                                                  body in memory */
+    unsigned                   bodiless:1;   /* the plan needs no byte of
+                                                the body: it is not read */
 } ngx_http_esi_ctx_t;
 
 

@@ -142,6 +142,8 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 
     ctx->depth = depth;
     ctx->request = r;
+    ctx->memory_above = r->filter_need_in_memory
+                        || r->main_filter_need_in_memory;
 
     if (ngx_http_esi_daemon.state == NGX_HTTP_ESI_IDLE) {
 
@@ -391,6 +393,28 @@ ngx_http_esi_feed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_http_esi_loc_conf_t  *elcf;
 
     zin = NULL;
+
+    if (ctx->bodiless) {
+
+        /* the cache file's buffers, in memory or not: counted, not read */
+
+        for (cl = in; cl; cl = cl->next) {
+            ctx->received += ngx_buf_size(cl->buf);
+
+            if (cl->buf->last_buf) {
+                ctx->input_done = 1;
+            }
+
+            cl->buf->pos = cl->buf->last;
+            cl->buf->file_pos = cl->buf->file_last;
+        }
+
+        if (ctx->planned && ngx_http_esi_plan_run(ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        return ngx_http_esi_filter_process(r, ctx, NULL);
+    }
 
 #if (NGX_ZLIB)
     if (ctx->inflate) {

@@ -9,8 +9,10 @@
 #include "ngx_http_esi.h"
 
 
+static void ngx_http_esi_include_in_memory(ngx_http_request_t *sr);
 static ngx_int_t ngx_http_esi_include_done(ngx_http_request_t *r, void *data,
     ngx_int_t rc);
+
 
 
 static u_char  ngx_http_esi_error_marker[] = "<!-- ESI include error -->";
@@ -96,6 +98,8 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
             return ngx_http_esi_include_failed(r, ctx, insn, alt);
         }
 
+        ngx_http_esi_include_in_memory(sr);
+
         return NGX_OK;
     }
 
@@ -117,6 +121,7 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     ngx_http_set_ctx(sr, sctx, ngx_http_esi_module);
+    ngx_http_esi_include_in_memory(sr);
 
     if (capture) {
         sr->filter_need_in_memory = 1;
@@ -128,6 +133,25 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ctx->wait_failed = 0;
 
     return NGX_OK;
+}
+
+
+/*
+ * A page whose body is not read (plan_trust) no longer asks for its
+ * buffers in memory, and its subrequests inherit that: the stitch filter
+ * deflates their bodies, so they ask for it themselves.
+ */
+
+static void
+ngx_http_esi_include_in_memory(ngx_http_request_t *sr)
+{
+    ngx_http_esi_ctx_t  *mctx;
+
+    mctx = ngx_http_get_module_ctx(sr->main, ngx_http_esi_module);
+
+    if (mctx && mctx->bodiless) {
+        sr->main_filter_need_in_memory = 1;
+    }
 }
 
 

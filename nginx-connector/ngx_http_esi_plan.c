@@ -13,6 +13,7 @@ static ngx_int_t ngx_http_esi_plan_segment(ngx_http_esi_ctx_t *ctx,
     esi_wire_struct_t *step, ngx_str_t *room, ngx_http_esi_step_t *out);
 static u_char *ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
     const uint8_t *bytes, size_t len);
+static void ngx_http_esi_plan_trust(ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_plan_ahead(ngx_http_esi_ctx_t *ctx,
     const char **why);
 static ngx_int_t ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at,
@@ -274,6 +275,10 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root,
 
     ngx_http_esi_stream_unlink(ctx);
 
+    if (message == NULL) {
+        ngx_http_esi_plan_trust(ctx);
+    }
+
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "esi plan of %ui steps over %O bytes",
                    ctx->nsteps, ctx->plan_length);
@@ -298,6 +303,63 @@ local_failure:
 
     ngx_http_esi_stream_fail(ctx);
     return NGX_OK;
+}
+
+
+/*
+ * A stitched hit replayed from the worker's copy, in the header filter,
+ * whose plan needs none of the body's bytes: every run has its segment,
+ * the rest are literals and includes.  The object's identity (its cache
+ * file's inode and modification time in nanoseconds) says its bytes are
+ * those the plan was recorded from, so its checks and heads are not
+ * compared, and the body is not read: unless a filter above ESI needs it
+ * in memory, the copy filter passes the cache file's buffer on as it is
+ * (with sendfile), and the body filter only counts its bytes.
+ */
+
+static void
+ngx_http_esi_plan_trust(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_uint_t            i;
+    ngx_http_request_t   *r;
+    ngx_http_esi_step_t  *step;
+
+    r = ctx->request;
+
+    if (!ctx->segments || ctx->inflate || ctx->memory_above
+        || ctx->received || r != r->main)
+    {
+        return;
+    }
+
+    for (i = 0; i < ctx->nsteps; i++) {
+        step = &ctx->steps[i];
+
+        switch (step->type) {
+
+        case NGX_HTTP_ESI_VERBATIM:
+            if (step->segment.len == 0) {
+                return;
+            }
+
+            break;
+
+        case NGX_HTTP_ESI_CHECK:
+        case NGX_HTTP_ESI_INCLUDE:
+        case NGX_HTTP_ESI_LITERAL:
+            break;
+
+        default: /* a try: its attempt is held, from the body's bytes */
+            return;
+        }
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "esi: the plan needs no byte of the body");
+
+    ctx->bodiless = 1;
+    r->filter_need_in_memory = 0;
+    r->main_filter_need_in_memory = 0;
 }
 
 
@@ -472,17 +534,20 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
 
                 /* its gzip instead, once its first bytes are the run's */
 
-                if (ctx->received < step->offset + (off_t) step->head_len) {
+                if (ctx->bodiless) {
+                    /* void */
+
+                } else if (ctx->received < step->offset + (off_t) step->head_len) {
                     if (ctx->input_done) {
                         return ngx_http_esi_plan_drop(ctx, ctx->plan_pos,
                                             "the body is shorter than planned");
                     }
 
                     goto released;
-                }
 
-                if (!ngx_http_esi_held_equal(ctx, step->offset, step->head,
-                                             step->head_len))
+                } else if (!ngx_http_esi_held_equal(ctx, step->offset,
+                                                    step->head,
+                                                    step->head_len))
                 {
                     return ngx_http_esi_plan_drop(ctx, step->offset,
                                                 "a run differs from the plan");
@@ -536,7 +601,7 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
             break;
 
         case NGX_HTTP_ESI_CHECK:
-            if (ctx->step < ctx->plan_ahead) {
+            if (ctx->step < ctx->plan_ahead || ctx->bodiless) {
                 break;
             }
 
@@ -742,6 +807,19 @@ ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at, const char *why)
     ngx_http_esi_daemon_t  *d;
 
     d = &ngx_http_esi_daemon;
+
+    if (ctx->bodiless) {
+
+        /* the identity said otherwise: the bytes to parse were never read */
+
+        ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
+                      "esi: plan failed at byte %O of an object that was "
+                      "not read: %s", at, why);
+
+        ngx_http_esi_replay_forget(ctx);
+
+        return NGX_ERROR;
+    }
 
     ngx_log_error(NGX_LOG_INFO, ctx->request->connection->log, 0,
                   "esi: plan dropped at byte %O: %s, the rest is parsed",

@@ -6,6 +6,7 @@ zlib, which checks the CRC-32 and the length."""
 
 import hashlib
 import json
+import os
 import socket
 import zlib
 
@@ -244,6 +245,78 @@ class StitchMismatchTest(StitchTestCase):
         self.rewrite_cached_body(run, changed)
         raw = self.gz("/t")
         self.assertEqual(gunzip(raw), assembled(body).encode())
+
+
+class UnreadTestCase(StitchTestCase):
+    """The debug log of the location says which hits did not read the
+    body (see StitchUnreadBodyTest)."""
+    LOCATION = (StitchTestCase.LOCATION + " esi_plan_reuse 1h; sendfile on;"
+                " error_log @@TMP@@/debug.log debug;")
+    UNREAD = "the plan needs no byte of the body"
+
+    def unread_hits(self):
+        with open(os.path.join(self.tmp, "debug.log")) as f:
+            return f.read().count(self.UNREAD)
+
+
+class StitchUnreadBodyTest(UnreadTestCase):
+    """A hit replayed from the worker's copy of a plan that needs no byte
+    of the body (every run a segment) does not read the body: the cache
+    file's buffer reaches ESI as it is, with sendfile, and is only
+    counted."""
+
+    def test_a_replayed_stitched_hit_does_not_read_the_body(self):
+        runs = runs_of("u")
+        body = page(runs)
+        self.warm("/u", body)
+        self.gz("/u")                            # esid's plan, kept
+        self.assertEqual(self.unread_hits(), 0)
+        for _ in range(3):
+            raw = self.gz("/u")
+            self.assertEqual(gunzip(raw), assembled(body).encode())
+            self.assertStitched(raw, runs)
+        self.assertEqual(self.unread_hits(), 3)
+
+    def test_a_run_without_a_segment_is_read(self):
+        runs = runs_of("s", (700, 40, 2000, 150, 500))   # 40 < MIN_RUN
+        body = page(runs)
+        self.warm("/s", body)
+        for _ in range(3):
+            self.assertEqual(gunzip(self.gz("/s")), assembled(body).encode())
+        self.assertEqual(self.unread_hits(), 0)
+
+    def test_a_try_is_read(self):
+        runs = runs_of("t")
+        body = (runs[0] + "<esi:try><esi:attempt>" + CONSTRUCTS[0]
+                + "</esi:attempt><esi:except>x</esi:except></esi:try>"
+                + runs[1])
+        self.origin.route("/t", body)
+        for status in ("MISS", "HIT", "HIT", "HIT", "HIT"):
+            self.assertEqual(gunzip(self.gz("/t", status)),
+                             (runs[0] + "A" + runs[1]).encode())
+        self.assertEqual(self.unread_hits(), 0)
+
+    def test_a_client_without_gzip_reads_the_body(self):
+        body = page(runs_of("p"))
+        self.warm("/p", body)
+        for _ in range(3):
+            self.hit("/p", assembled(body))
+        self.assertEqual(self.unread_hits(), 0)
+
+
+class StitchUnreadBelowSubFilterTest(UnreadTestCase):
+    """sub_filter, above ESI, needs the body in memory: it is read."""
+    LOCATION = (UnreadTestCase.LOCATION +
+                " sub_filter_types text/html; sub_filter 'kept' 'KEPT';")
+
+    def test_a_filter_above_that_needs_the_body_has_it(self):
+        runs = runs_of("f")
+        body = page(runs)
+        expected = assembled(body).replace("kept", "KEPT").encode()
+        self.origin.route("/f", body)
+        for status in ("MISS", "HIT", "HIT", "HIT", "HIT"):
+            self.assertEqual(gunzip(self.gz("/f", status)), expected)
+        self.assertEqual(self.unread_hits(), 0)
 
 
 class StitchEvictionTest(StitchTestCase):
