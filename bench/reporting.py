@@ -255,13 +255,14 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
         L.append("| page | kind | includes | esi off rps | esi on rps | A/A "
                  "rps | A/A drift | on / off | plans rps | plans / off | "
                  "off p99 ms | on p99 ms | plans p99 ms | off CPU us/req | "
-                 "on CPU us/req | of it esid | plans CPU us/req | of it esid |")
+                 "on CPU us/req | of it esid | plans CPU us/req | of it esid "
+                 "| ssi on rps | ssi on p99 ms |")
         L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-                 "---:|---:|---:|---:|---:|---:|")
+                 "---:|---:|---:|---:|---:|---:|---:|---:|")
         for row, r in cost_res.items():
             aa = ratio(r["esi-on"], r["esi-on-aa"])
             L.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s "
-                     "| %s | %s | %s | %s | %s | %s | %s |"
+                     "| %s | %s | %s | %s | %s | %s | %s | %s | %s |"
                      % (size_label(row[0]), row[1], row[2],
                         cell(r["esi-off"], "rps", fmt),
                         cell(r["esi-on"], "rps", fmt),
@@ -276,7 +277,9 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
                         cell(r["esi-on"], "cpu_us", fmt),
                         cell(r["esi-on"], "cpu_us_esid", fmt),
                         cell(r["esi-plan"], "cpu_us", fmt),
-                        cell(r["esi-plan"], "cpu_us_esid", fmt)))
+                        cell(r["esi-plan"], "cpu_us_esid", fmt),
+                        cell(r["ssi-filter"], "rps", fmt),
+                        cell(r["ssi-filter"], "p99", fmt_ms)))
         L.append("")
     if lang_res:
         L.append("### The ESI language: 16 variables and 4 choose blocks "

@@ -408,6 +408,9 @@ class Bench(Servers):
         if arm == "esi-off":
             return (self.targets["noesi"], self.urls[("cost", row)],
                     self.expected[("cost", row, "off")])
+        if arm == "ssi-filter":
+            return (self.targets["ssi"], self.urls[("cost", row, "ssi")],
+                    self.expected[("cost", row, "ssi")])
         return (self.targets["esiplan" if arm == "esi-plan" else "esi"],
                 self.urls[("cost", row)],
                 self.expected[("cost", row, "on")])

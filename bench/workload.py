@@ -27,7 +27,9 @@ COST_KINDS = ("dense", "text")  # one '<' per 11 bytes, per 71 bytes
 # compose the ceiling of a 1-fragment row, which no ESI server can pass.
 MAIN_ARMS = ("esi", "esiplan", "minimal", "varnish", "ssi", "noesi",
              "origin", "static", "esi-aa")
-COST_ARMS = ("esi-off", "esi-on", "esi-plan", "esi-on-aa")
+# "ssi-filter" is the same page through NGINX's SSI filter (it holds no SSI
+# command): NGINX's own in-memory path, the control for the latency tail.
+COST_ARMS = ("esi-off", "esi-on", "esi-plan", "ssi-filter", "esi-on-aa")
 ARM_LABEL = {
     "esi": "esi_plan off",
     "esiplan": "plans, esi_stitch off",
@@ -42,6 +44,7 @@ ARM_LABEL = {
     "esi-off": "esi off",
     "esi-on": "esi on, esi_plan off",
     "esi-on-aa": "esi on, esi_plan off (A/A)",
+    "ssi-filter": "esi off, ssi on",
     "without": "without",
     "with": "with vars, choose",
     "with-aa": "with (A/A)",
@@ -52,7 +55,7 @@ TARGET_OF_ARM = {"esi": "esi", "esi-aa": "esi", "esiplan": "esiplan",
                  "minimal": "minimal",
                  "varnish": "varnish", "ssi": "ssi", "noesi": "noesi",
                  "origin": "origin", "static": "static", "esi-off": "noesi", "esi-on": "esi",
-                 "esi-plan": "esiplan",
+                 "esi-plan": "esiplan", "ssi-filter": "ssi",
                  "esi-on-aa": "esi", "without": "esi", "with": "esi",
                  "with-aa": "esi"}
 
@@ -309,6 +312,14 @@ def write_pages(www):
                 expected[("cost", row, "on")] = assembled
                 expected[("cost", row, "off")] = page
                 urls[("cost", row)] = "/cost/" + name
+                # NGINX's SSI filter drops a '<' that ends a body (it may
+                # start a command): its copy ends with a newline instead
+                os.makedirs(os.path.join(www, "ssi"), exist_ok=True)
+                with open(os.path.join(www, "ssi", "cost-" + name),
+                          "wb") as f:
+                    f.write(page + b"\n")
+                expected[("cost", row, "ssi")] = page + b"\n"
+                urls[("cost", row, "ssi")] = "/ssi/cost-" + name
     os.makedirs(os.path.join(www, "lang"), exist_ok=True)
     for size in LANG_SIZES:
         marked, plain = lang_pages(size)
