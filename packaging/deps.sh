@@ -17,7 +17,7 @@ packages=(
     nlohmann-json3-dev libssl-dev libpcre2-dev libre2-dev
     clang libclang-rt-14-dev llvm-14
     systemd
-    debhelper dpkg-dev lintian rpm wrk
+    debhelper dpkg-dev lintian rpm wrk nghttp2-client openssl
     redis-server fcgiwrap libhiredis-dev
 )
 

@@ -51,9 +51,11 @@ if [ ! -f "$matrix/source/src/configure" ]; then
     fi
 fi
 
-# Only what the tests use: proxy, proxy_cache and the temp paths the
-# harness sets; every other optional module left out to keep builds short.
+# Only what the tests use: proxy, proxy_cache, HTTP/2 (the markup and gzip
+# tests run over it too) and the temp paths the harness sets; every other
+# optional module left out to keep builds short.
 common=(
+    --with-http_v2_module
     --with-cc-opt="-g -O1 -Wall -Werror -I$root/include -I$build/proto/c"
     --without-http_charset_module --without-http_ssi_module
     --without-http_userid_module --without-http_access_module

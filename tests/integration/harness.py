@@ -36,8 +36,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
 # The tests import free_port, poll, STOP_BOUND and the rest from here.
 from esitest import (  # noqa: E402,F401
     NGINX, STOP_BOUND, DidNotStart, Process, fill, free_port, poll,
-    start_nginx, start_on_socket, worker_pids)
+    start_nginx, start_on_socket, tcp_port_answers, worker_pids)
 from esitest import read_text as _read  # noqa: E402
+from esitest import h2  # noqa: E402
 
 from origin import Origin  # noqa: E402
 
@@ -165,6 +166,9 @@ class EsiTestCase(unittest.TestCase):
     USER = None             # the user directive's arguments; None: root
                             # when the tests run as root, else none
     ESID_ARGS = ("--log-level", "debug")
+    HTTP2 = False           # listen ... http2 (h2c, prior knowledge) and
+                            # fetch() with an HTTP/2 client: see
+                            # add_http2_variants
 
     maxDiff = 4096
 
@@ -312,7 +316,7 @@ class EsiTestCase(unittest.TestCase):
             "LOCATION": self.LOCATION,
             "FRAGMENT_LOCATION": self.FRAGMENT_LOCATION,
             "LOCATIONS": self.LOCATIONS,
-            "LISTEN": self.LISTEN,
+            "LISTEN": self.LISTEN + (" http2" if self.HTTP2 else ""),
         }
         values = {
             "USER": ("user %s;" % self.USER if self.USER is not None
@@ -378,6 +382,8 @@ class EsiTestCase(unittest.TestCase):
         return outcome[0]
 
     def _request(self, method, path, headers, port=None):
+        if self.HTTP2:
+            return self._request_h2(method, path, headers, port)
         conn = http.client.HTTPConnection("127.0.0.1", port or self.port,
                                           timeout=REQUEST_TIMEOUT)
         status, hdrs, body = None, None, b""
@@ -395,6 +401,15 @@ class EsiTestCase(unittest.TestCase):
             return Response(status, hdrs, body, False, e)
         finally:
             conn.close()
+
+    def _request_h2(self, method, path, headers, port=None):
+        reply = h2.request("http://127.0.0.1:%d%s" % (port or self.port,
+                                                      path),
+                           method, headers, REQUEST_TIMEOUT)
+        if reply.timed_out:
+            return None
+        return Response(reply.status, reply.headers, reply.body,
+                        reply.complete, reply.error)
 
     def _crash_lines(self):
         return [line for line in self.error_log().splitlines()
@@ -425,10 +440,11 @@ class EsiTestCase(unittest.TestCase):
 
     # -- looking at what happened ------------------------------------------
 
-    def access_log(self, count):
-        """The first `count` access log lines, waiting for them (bounded):
-        nginx writes the line after the response has gone out."""
-        path = os.path.join(self.tmp, "access.log")
+    def access_log(self, count, name="access.log"):
+        """The first `count` lines of an access log (by default the
+        harness's), waiting for them (bounded): nginx writes the line after
+        the response has gone out."""
+        path = os.path.join(self.tmp, name)
         lines = poll(lambda: (lambda ls: ls if len(ls) >= count else None)(
             _read(path).splitlines()), bound=10.0)
         if not lines:
@@ -482,6 +498,38 @@ class EsiTestCase(unittest.TestCase):
         node = Node(self, name)
         self.nodes.append(node)
         return node
+
+
+def http1_only(test):
+    """Marks a test that speaks HTTP/1.1 itself (a raw socket, HTTP/1.0,
+    a client that stops reading): add_http2_variants leaves it out."""
+    test.http1_only = True
+    return test
+
+
+def add_http2_variants(namespace):
+    """Beside every test class of a module (its globals()), one that runs
+    the same tests over HTTP/2: FooTest gets FooHttp2Test, whose listener
+    is `http2` and whose fetch(), get() and assertBody() use an HTTP/2
+    client (curl); the assertions are the same bytes.  Tests marked
+    http1_only are not repeated."""
+    module = namespace["__name__"]
+    for name, cls in list(namespace.items()):
+        if not (isinstance(cls, type) and issubclass(cls, EsiTestCase)
+                and cls.__module__ == module and not cls.HTTP2):
+            continue
+        tests = [m for m in dir(cls) if m.startswith("test")
+                 and callable(getattr(cls, m))]
+        if not tests:
+            continue        # a base class of the module's tests
+        attrs = {"HTTP2": True, "__module__": module,
+                 "__doc__": "%s, over HTTP/2." % name}
+        for m in tests:
+            if getattr(getattr(cls, m), "http1_only", False):
+                attrs[m] = None     # not callable: the loader skips it
+        stem = name[:-4] if name.endswith("Test") else name
+        namespace[stem + "Http2Test"] = type(stem + "Http2Test", (cls,),
+                                             attrs)
 
 
 class Node:

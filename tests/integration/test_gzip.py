@@ -3,7 +3,7 @@
 import gzip
 import unittest
 
-from harness import EsiTestCase
+from harness import EsiTestCase, add_http2_variants
 
 PAGE = 'a<esi:include src="/esi/x"/>c'
 
@@ -31,6 +31,8 @@ class GzipTest(EsiTestCase):
         self.assertEqual(headers.get("Content-Encoding"), "gzip")
         self.assertEqual(gzip.decompress(body), b"aXc")
 
+
+add_http2_variants(globals())
 
 if __name__ == "__main__":
     unittest.main()

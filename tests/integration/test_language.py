@@ -14,7 +14,8 @@ import socket
 import threading
 import unittest
 
-from harness import ERROR_MARKER, EsiTestCase, poll
+from harness import (ERROR_MARKER, EsiTestCase, add_http2_variants,
+                     http1_only, poll)
 from test_plan import PlanTestCase
 
 VARS = '<esi:vars>[%s]</esi:vars>'
@@ -81,6 +82,7 @@ class CookieTest(LanguageTestCase):
                       {"Cookie": "secret=s3;user=ann ;  group=gold"}),
             b"[ann/gold]")
 
+    @http1_only
     def test_cookies_of_several_headers_are_read_together(self):
         # as HTTP/2 clients send them: one Cookie header per cookie
         self.origin.route("/page", VARS % "$(HTTP_COOKIE{user})/"
@@ -468,6 +470,7 @@ class TryFaultTest(TryFaultCase):
         self.assertEqual(r.body, b"a1" + self.PAGE.split("1", 1)[1].encode())
         self.assertEqual(self.esi_status(1), "passthrough")
 
+    @http1_only
     def test_a_client_gone_mid_attempt_leaves_the_worker_serving(self):
         conn = socket.create_connection(("127.0.0.1", self.port))
         conn.sendall(b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -561,6 +564,8 @@ class PlannedLanguageTest(PlanTestCase):
         self.hit("/p", "aEb")
         self.assertEqual(self.counters()[0], 1)
 
+
+add_http2_variants(globals())
 
 if __name__ == "__main__":
     unittest.main()

@@ -7,7 +7,7 @@ with `esi on`.
 
 import unittest
 
-from harness import ERROR_MARKER, EsiTestCase
+from harness import ERROR_MARKER, EsiTestCase, add_http2_variants
 
 
 class IncludeTest(EsiTestCase):
@@ -274,6 +274,8 @@ class MalformedMarkupTest(EsiTestCase):
         self.assertTrue(body.startswith(b"<p>1</p>"), body)
         self.assertTrue(body.endswith(b"<p>2</p>"), body)
 
+
+add_http2_variants(globals())
 
 if __name__ == "__main__":
     unittest.main()

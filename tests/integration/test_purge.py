@@ -10,7 +10,7 @@ import signal
 import threading
 import unittest
 
-from harness import EsiTestCase, poll
+from harness import EsiTestCase, add_http2_variants, poll
 
 VARY = [("Vary", "X-Variant")]
 
@@ -690,6 +690,8 @@ class RebuildThenIndexedTest(PurgeTestCase):
         self.assertPurged(self.purge("/v"), 200, "exact; count=3")
         self.assertEqual(self.cache_files(), [])
 
+
+add_http2_variants(globals())
 
 if __name__ == "__main__":
     unittest.main()

@@ -10,7 +10,7 @@ import os
 import socket
 import zlib
 
-from harness import EsiTestCase, poll
+from harness import EsiTestCase, add_http2_variants, http1_only, poll
 from test_plan import PlanTestCase
 
 GZIP = {"Accept-Encoding": "gzip"}
@@ -383,6 +383,7 @@ class StitchSlowClientTest(StitchTestCase):
 
     LISTEN = " sndbuf=16k"
 
+    @http1_only
     def test_a_slow_client_gets_every_byte_in_order(self):
         self.start()
         for i in range(8):
@@ -417,6 +418,7 @@ class StitchPinTest(StitchTestCase):
                         "the held request pins nothing")
         return client
 
+    @http1_only
     def test_a_segment_being_sent_is_never_reused(self):
         first = page(runs_of("big0", self.BIG))
         self.warm("/big0", first)
@@ -440,6 +442,7 @@ class StitchPinTest(StitchTestCase):
         self.assertTrue(poll(lambda: self.pins() == 0, bound=10.0))
         self.assertEqual(self.stats_json()["stitched"], 3)
 
+    @http1_only
     def test_a_worker_killed_mid_send_lets_go_of_its_pins(self):
         body = page(runs_of("k", self.BIG))
         self.warm("/k", body)
@@ -516,6 +519,7 @@ class StitchClientTest(StitchTestCase):
         self.assertIsNone(hdrs.get("Content-Encoding"))
         self.assertEqual(got, assembled(body).encode())
 
+    @http1_only
     def test_gzip_http_version_is_honoured(self):
         body = page(runs_of("hv"))
         self.warm("/hv", body)
@@ -567,3 +571,6 @@ class StitchConfigurationTest(EsiTestCase):
                                  "esi_plan plans; esi_stitch on; "
                                  "esi_stitch_level 9;")
         self.assertEqual(code, 0, out)
+
+
+add_http2_variants(globals())
