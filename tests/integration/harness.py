@@ -35,8 +35,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "support"))
 # The tests import free_port, poll, STOP_BOUND and the rest from here.
 from esitest import (  # noqa: E402,F401
-    NGINX, STOP_BOUND, DidNotStart, Process, fill, free_port, poll,
-    start_nginx, start_on_socket, worker_pids)
+    NGINX, STOP_BOUND, DidNotStart, Process, SlowClient, SlowClients,
+    esid_bound_kib, fill, free_port, has_tcp_connections, memory_kib,
+    open_fds, poll, sanitized, start_nginx, start_on_socket, tcp_states,
+    worker_bound_kib, worker_pids)
 from esitest import read_text as _read  # noqa: E402
 
 from origin import Origin  # noqa: E402
@@ -447,6 +449,30 @@ class EsiTestCase(unittest.TestCase):
     def worker_pids(self):
         """Pids of the nginx master's worker processes."""
         return worker_pids(self.nginx.pid)
+
+    def fd_counts(self):
+        """Open fds of the nginx master, of each worker (sorted) and of
+        esid."""
+        return {
+            "master": len(open_fds(self.nginx.pid)),
+            "workers": sorted(len(open_fds(w)) for w in self.worker_pids()),
+            "esid": len(open_fds(self.esid.pid)),
+        }
+
+    def steady_fd_counts(self, expected=None):
+        """fd counts once no process holds a TCP connection (the client's
+        and the upstream's close asynchronously) and, given `expected`,
+        once they equal it (bounded: then as they are)."""
+        pids = [self.nginx.pid] + self.worker_pids()
+
+        def steady():
+            states = tcp_states()
+            if any(has_tcp_connections(p, states) for p in pids):
+                return None
+            counts = self.fd_counts()
+            return counts if expected in (None, counts) else None
+
+        return poll(steady, bound=10.0) or self.fd_counts()
 
     def esictl(self, *args, socket_path=None):
         """Run build/esictl; returns the CompletedProcess."""
