@@ -65,7 +65,7 @@ TARGET_HTTP = """\
     gzip on;
 
     server {
-        listen 127.0.0.1:@@PORT@@ backlog=4096;
+        listen 127.0.0.1:@@PORT@@ backlog=4096@@SNDBUF@@;
         location / {
             proxy_pass http://127.0.0.1:@@ORIGIN@@;
             proxy_cache pages;
@@ -126,6 +126,10 @@ def main():
     p.add_argument("--duration", type=float,
                    help="seconds of reading at the most (default: until "
                    "every client has read its part)")
+    p.add_argument("--sndbuf", type=size,
+                   help="NGINX's send buffer per client (listen sndbuf=; "
+                   "default: the kernel's, which on loopback grows to "
+                   "take most of the page off NGINX's hands)")
     p.add_argument("--interval", type=float, default=5.0)
     p.add_argument("--results", default=os.path.join(HERE, "results"))
     p.add_argument("--keep", action="store_true")
@@ -164,7 +168,9 @@ def main():
         module = os.path.join(args.build_dir, "ngx_http_esi_module.so")
         nginx, port = servers.nginx("esi", TARGET_HTTP.replace(
             "@@SOCKET@@", sock).replace("@@ORIGIN@@", str(origin)).replace(
-                "@@DIR@@", os.path.join(servers.tmp, "esi")),
+                "@@DIR@@", os.path.join(servers.tmp, "esi")).replace(
+                "@@SNDBUF@@", " sndbuf=%d" % args.sndbuf if args.sndbuf
+                else ""),
             "load_module %s;" % module)
         workers = poll(lambda: (lambda w: w if len(w) == 2 else None)(
             worker_pids(nginx.pid)))

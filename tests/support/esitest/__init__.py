@@ -20,9 +20,9 @@ from .servers import (NGINX, DidNotStart, fill, start_nginx, start_on_port,
 
 __all__ = [
     "DidNotStart", "NGINX", "Process", "START_BOUND", "STOP_BOUND",
-    "SlowClient", "SlowClients",
-    "descendants", "esid_bound_kib", "fill", "free_port", "has_tcp_connections", "memory_kib",
-    "open_fds", "poll", "read_text", "sanitized", "start_nginx",
-    "start_on_port", "start_on_socket", "tcp_port_answers", "tcp_states",
+    "SlowClient", "SlowClients", "descendants", "esid_bound_kib", "fill",
+    "free_port", "has_tcp_connections", "memory_kib", "open_fds", "poll",
+    "read_text", "sanitized", "start_nginx", "start_on_port",
+    "start_on_socket", "tcp_port_answers", "tcp_states",
     "unix_socket_answers", "worker_bound_kib", "worker_pids",
 ]
