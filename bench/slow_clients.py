@@ -41,8 +41,9 @@ sys.path.insert(0, HERE)
 import reporting  # noqa: E402
 import support_path  # noqa: E402,F401  (tests/support on sys.path)
 from esitest import (SlowClient, SlowClients, esid_bound_kib,  # noqa: E402
-                     has_tcp_connections, memory_kib, open_fds, poll,
-                     tcp_states, worker_bound_kib, worker_pids)
+                     has_tcp_connections, memory_kib, nginx_fd_counts,
+                     open_fds, poll, tcp_states, worker_bound_kib,
+                     worker_pids)
 from purge import Client  # noqa: E402
 from running import Servers, loadavg  # noqa: E402
 from workload import esi_tag, fragment_body, shell_filler  # noqa: E402
@@ -194,8 +195,7 @@ def main():
         client.close()
 
         def fds():
-            return {"workers": sorted(len(open_fds(w)) for w in workers),
-                    "esid": len(open_fds(esid.pid))}
+            return nginx_fd_counts(nginx.pid, esid.pid)
 
         def no_tcp():
             states = tcp_states()
@@ -278,8 +278,8 @@ def main():
                                          gzip_clients, len(workers))
         bound_esid = esid_bound_kib(len(workers), max(
             r["active_streams"] for r in samples), RING_BYTES)
-        log("%d clients read the whole page, %d hung up, %d errors; load "
-            "average %s, then %s" % (complete, sum(
+        log("%d answers read to their end, %d clients to hang up mid-page, "
+            "%d errors; load average %s, then %s" % (complete, sum(
                 c.quota is not None for c in clients), len(errors),
                 load_before, loadavg()))
         log("peak VmRSS: workers %s KiB together %d KiB (idle %s), bound %d "

@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
 # The tests import free_port, poll, STOP_BOUND and the rest from here.
 from esitest import (  # noqa: E402,F401
     NGINX, STOP_BOUND, DidNotStart, Process, SlowClient, SlowClients,
-    descendants, esid_bound_kib, fill, free_port, has_tcp_connections,
-    memory_kib, open_fds, poll, sanitized, start_nginx, start_on_socket,
+    esid_bound_kib, fill, free_port, has_tcp_connections, memory_kib,
+    nginx_fd_counts, open_fds, poll, sanitized, start_nginx, start_on_socket,
     tcp_states, worker_bound_kib, worker_pids)
 from esitest import read_text as _read  # noqa: E402
 
@@ -456,17 +456,8 @@ class EsiTestCase(unittest.TestCase):
         return worker_pids(self.nginx.pid)
 
     def fd_counts(self):
-        """Open fds of the nginx master, of each worker (sorted) and of
-        esid; less the channels NGINX keeps to its other processes (two in
-        the master, one in each worker, for each), which change when the
-        cache loader exits, a minute after NGINX started."""
-        others = len(descendants([self.nginx.pid])) - 1
-        return {
-            "master": len(open_fds(self.nginx.pid)) - 2 * others,
-            "workers": sorted(len(open_fds(w)) - others
-                              for w in self.worker_pids()),
-            "esid": len(open_fds(self.esid.pid)),
-        }
+        """esitest.nginx_fd_counts of this test's nginx and esid."""
+        return nginx_fd_counts(self.nginx.pid, self.esid.pid)
 
     def steady_fd_counts(self, expected=None):
         """fd counts once no process holds a TCP connection (the client's

@@ -2,7 +2,7 @@
 
 Two workers serve a 1 MB page with eight includes, cached with its plan
 and gzip segments, to 200 connections at once, each with a 4 KB receive
-buffer (and a 16 KB send buffer on NGINX's side), reading at most 1 KB a
+buffer (and a 16 KB send buffer on NGINX's side), reading at most 4 KB a
 pass over all of them: some hang up as soon as their request is sent,
 some after the status line, some after 64 KB (plain and gzip: the
 stitched answer), some after 256 KB (a few of a cache miss, so that
@@ -31,7 +31,7 @@ PAGE_SIZE = 1 << 20
 INCLUDES = 8
 CLIENTS = 200
 RCVBUF = 4096
-CHUNK = 1024
+CHUNK = 4096
 
 ESID_SANITIZED = os.path.exists(ESID) and sanitized(ESID)
 
@@ -104,7 +104,7 @@ class SlowClientsTest(EsiTestCase):
 
     def memory(self):
         return {"workers": sum(memory_kib(w)["VmRSS"]
-                               for w in self.worker_pids()),
+                               for w in self.workers),
                 "esid": memory_kib(self.esid.pid)["VmRSS"]}
 
     def leftovers(self):
@@ -170,6 +170,7 @@ class SlowClientsTest(EsiTestCase):
 
     def test_slow_and_vanishing_clients_give_back_everything(self):
         self.warm()
+        self.workers = self.worker_pids()
         # The workers' copies of the plan expire (esi_plan_reuse): then
         # nothing pins a segment.
         self.assertTrue(poll(lambda: self.stats_json()["segment_pins"] == 0,

@@ -5,7 +5,7 @@ the soak and slow-client benchmarks read them the same way)."""
 import os
 import re
 
-from .process import read_text
+from .process import descendants, read_text, worker_pids
 
 TCP_LISTEN = "0A"
 
@@ -64,3 +64,17 @@ def sanitized(path):
             return b"__asan_init" in f.read()
     except OSError:
         return False
+
+
+def nginx_fd_counts(master, esid=None):
+    """Open fds of an nginx master, of each of its workers (sorted) and of
+    esid (when given); less the channels NGINX keeps to its other
+    processes (two in the master, one in each worker, for each), which
+    change when the cache loader exits, a minute after NGINX started."""
+    others = len(descendants([master])) - 1
+    counts = {"master": len(open_fds(master)) - 2 * others,
+              "workers": sorted(len(open_fds(w)) - others
+                                for w in worker_pids(master))}
+    if esid is not None:
+        counts["esid"] = len(open_fds(esid))
+    return counts
