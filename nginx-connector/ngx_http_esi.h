@@ -128,12 +128,17 @@
 #define NGX_HTTP_ESI_PURGE_XML         2
 #define NGX_HTTP_ESI_PURGE_TEXT        3
 
-/* how a purge that removes nothing is answered: a miss for a key's */
+/*
+ * how a purge is answered: one that left a file it should have purged
+ * (a read-only or failing file system) failed; one that removes nothing
+ * is a miss for a key's
+ */
 #define ngx_http_esi_purge_found(p)                                           \
     ((p)->count || (p)->kind == NGX_HTTP_ESI_PURGE_TAG                        \
      || (p)->kind == NGX_HTTP_ESI_PURGE_ALL)
 #define ngx_http_esi_purge_status(p)                                          \
-    (ngx_http_esi_purge_found(p) ? NGX_HTTP_OK : (p)->miss)
+    ((p)->failed ? NGX_HTTP_INTERNAL_SERVER_ERROR                             \
+     : ngx_http_esi_purge_found(p) ? NGX_HTTP_OK : (p)->miss)
 
 
 typedef struct {
@@ -430,6 +435,7 @@ typedef struct {
     size_t                     name_len;
 
     ngx_uint_t                 count;       /* files removed */
+    ngx_uint_t                 failed;      /* files it could not purge */
     ngx_uint_t                 status;
     ngx_str_t                  error;
     ngx_str_t                 *fleet;       /* Cache-Purge-Fleet, or NULL */

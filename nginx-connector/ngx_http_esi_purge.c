@@ -25,6 +25,7 @@ static ngx_int_t ngx_http_esi_purge_tags(ngx_http_request_t *r,
 static ngx_uint_t ngx_http_esi_purge_soft_header(ngx_table_elt_t *h);
 static ngx_int_t ngx_http_esi_purge_pattern(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p, ngx_str_t *pattern);
+static void ngx_http_esi_purge_failed(ngx_http_esi_purge_t *p);
 static ngx_int_t ngx_http_esi_purge_send(ngx_http_esi_purge_t *p);
 static ngx_uint_t ngx_http_esi_purge_file(ngx_http_esi_purge_t *p,
     const u_char *key);
@@ -165,9 +166,35 @@ ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
         return NGX_OK;
     }
 
+    if (p->failed) {
+        ngx_http_esi_purge_failed(p);
+    }
+
     ngx_http_esi_purge_done(p, ngx_http_esi_purge_status(p), NULL);
 
     return NGX_OK;
+}
+
+
+/* says how many files a purge left as they were; the log says why */
+
+static void
+ngx_http_esi_purge_failed(ngx_http_esi_purge_t *p)
+{
+    u_char  *last;
+
+    p->error.data = ngx_pnalloc(p->pool, NGX_INT_T_LEN
+                                + sizeof(" file(s) could not be marked "
+                                         "stale (see the error log)") - 1);
+    if (p->error.data == NULL) {
+        return;
+    }
+
+    last = ngx_sprintf(p->error.data, "%ui file(s) could not be %s "
+                       "(see the error log)", p->failed,
+                       p->soft ? "marked stale" : "removed");
+
+    p->error.len = last - p->error.data;
 }
 
 
@@ -809,6 +836,10 @@ ngx_http_esi_purge_file(ngx_http_esi_purge_t *p, const u_char *key)
         if (err != NGX_ENOENT) {
             ngx_log_error(NGX_LOG_CRIT, p->log, err,
                           ngx_delete_file_n " \"%s\" failed", p->name);
+
+            /* marked, it is no longer served: only its space is lost */
+
+            p->failed += !marked;
         }
 
     } else {
@@ -868,6 +899,7 @@ ngx_http_esi_purge_stale(ngx_http_esi_purge_t *p, const u_char *key)
         if (ngx_errno != NGX_ENOENT) {
             ngx_log_error(NGX_LOG_CRIT, p->log, ngx_errno,
                           ngx_open_file_n " \"%s\" failed", p->name);
+            p->failed++;
         }
 
         return 0;
@@ -891,6 +923,7 @@ ngx_http_esi_purge_stale(ngx_http_esi_purge_t *p, const u_char *key)
         } else {
             ngx_log_error(NGX_LOG_CRIT, p->log, ngx_errno,
                           "pwrite() \"%s\" failed", p->name);
+            p->failed++;
         }
     }
 
@@ -1027,6 +1060,7 @@ ngx_http_esi_purge_finish_handler(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 {
+    u_char                         *last;
     ngx_int_t                       rc;
     ngx_buf_t                      *b;
     ngx_str_t                      *kind;
@@ -1055,14 +1089,23 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 
         h->value.data = ngx_pnalloc(r->pool,
                                     kind->len + sizeof("; count=") - 1
+                                    + NGX_INT_T_LEN + sizeof("; failed=") - 1
                                     + NGX_INT_T_LEN + sizeof("; soft") - 1);
         if (h->value.data == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        h->value.len = ngx_sprintf(h->value.data, "%V; count=%ui%s",
-                                   kind, p->count, p->soft ? "; soft" : "")
-                       - h->value.data;
+        last = ngx_sprintf(h->value.data, "%V; count=%ui", kind, p->count);
+
+        if (p->failed) {
+            last = ngx_sprintf(last, "; failed=%ui", p->failed);
+        }
+
+        if (p->soft) {
+            last = ngx_cpymem(last, "; soft", sizeof("; soft") - 1);
+        }
+
+        h->value.len = last - h->value.data;
     }
 
     if (p->fleet) {
@@ -1133,6 +1176,7 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
 
     status = p->status == NGX_HTTP_OK ? "purged"
              : p->status == p->miss ? "not cached"
+             : p->failed ? "failed"
              : "unavailable";
 
     if (type == NGX_HTTP_ESI_PURGE_JSON) {
@@ -1242,6 +1286,13 @@ ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
                           "</head><body><h1>Not cached</h1>",
                           sizeof("<html><head><title>Not cached</title>"
                                  "</head><body><h1>Not cached</h1>") - 1);
+        break;
+
+    case NGX_HTTP_INTERNAL_SERVER_ERROR:
+        last = ngx_cpymem(last, "<html><head><title>Purge failed</title>"
+                          "</head><body><h1>Purge failed</h1>",
+                          sizeof("<html><head><title>Purge failed</title>"
+                                 "</head><body><h1>Purge failed</h1>") - 1);
         break;
 
     default:

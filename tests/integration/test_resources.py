@@ -25,51 +25,10 @@ import sys
 import threading
 import unittest
 
-from harness import ESID, EsiTestCase, REQUEST_TIMEOUT, _read, poll
+from harness import (ESID, EsiTestCase, REQUEST_TIMEOUT, esid_bound_kib,
+                     memory_kib, poll, sanitized)
 
 ATTACHED_RE = re.compile(r"(\d+)#\d+: esi: attached to esid pid (\d+)")
-TCP_LISTEN = "0A"
-
-
-def open_fds(pid):
-    """What each open fd of `pid` is (readlink of /proc/PID/fd/N)."""
-    fd_dir = "/proc/%d/fd" % pid
-    targets = []
-    for name in os.listdir(fd_dir):
-        try:
-            targets.append(os.readlink(os.path.join(fd_dir, name)))
-        except OSError:
-            pass  # closed meanwhile
-    return targets
-
-
-def tcp_states():
-    """inode -> state (hex, /proc/net/tcp) of every TCP socket here."""
-    states = {}
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in _read(name).splitlines()[1:]:
-            fields = line.split()
-            states[fields[9]] = fields[3]
-    return states
-
-
-def has_tcp_connections(pid, states):
-    """True while `pid` holds a TCP socket that is not listening."""
-    for target in open_fds(pid):
-        m = re.match(r"socket:\[(\d+)\]$", target)
-        if m and states.get(m.group(1), TCP_LISTEN) != TCP_LISTEN:
-            return True
-    return False
-
-
-def vm_rss_kib(pid):
-    """VmRSS, RssAnon and RssShmem of `pid`, in KiB."""
-    values = {}
-    for line in _read("/proc/%d/status" % pid).splitlines():
-        name, _, rest = line.partition(":")
-        if name in ("VmRSS", "RssAnon", "RssShmem"):
-            values[name] = int(rest.split()[0])
-    return values
 
 
 class FdLeakTest(EsiTestCase):
@@ -105,28 +64,6 @@ class FdLeakTest(EsiTestCase):
         self.start()
         self.wait_for_attached_workers()
         self.assertBody("/page", b"aXc")
-
-    def fd_counts(self):
-        return {
-            "master": len(open_fds(self.nginx.pid)),
-            "workers": sorted(len(open_fds(w)) for w in self.worker_pids()),
-            "esid": len(open_fds(self.esid.pid)),
-        }
-
-    def steady_fd_counts(self, expected=None):
-        """fd counts once no process holds a TCP connection (the client's
-        and the upstream's close asynchronously) and, given `expected`,
-        once they equal it (bounded: then as they are)."""
-        pids = [self.nginx.pid] + self.worker_pids()
-
-        def steady():
-            states = tcp_states()
-            if any(has_tcp_connections(p, states) for p in pids):
-                return None
-            counts = self.fd_counts()
-            return counts if expected in (None, counts) else None
-
-        return poll(steady, bound=10.0) or self.fd_counts()
 
     def test_fds_come_back_to_their_count_after_esid_and_nginx_restarts(self):
         self.serve_page()
@@ -224,13 +161,6 @@ class StallingOrigin:
             self.thread.join(10.0)
 
 
-def sanitized(path):
-    """True for a binary built with AddressSanitizer (tests/run.sh's second
-    suite), whose memory says nothing about the program's own."""
-    with open(path, "rb") as f:
-        return b"__asan_init" in f.read()
-
-
 ESID_SANITIZED = os.path.exists(ESID) and sanitized(ESID)
 # How many streams to hold open (fewer under ASan); ESI_TEST_STREAMS
 # overrides it for a manual run (tests/README.md).
@@ -241,15 +171,6 @@ PAGES = 40
 # then an ESI tag cut short, which it must (up to maxTagBytes, 8 KiB).
 FRAGMENT_HEAD = b"<p>held</p>" * 400 + b'<esi:comment text="' + b"x" * 7000
 
-# esid's documented memory bound (tests/README.md): a fixed overhead, per
-# worker connection its rings and its queue of answers (kMaxPendingAnswers
-# of at most kSpliceBudgetBytes each), and per stream the held tag (a
-# std::string of at most maxTagBytes = 8 KiB, whose capacity may double)
-# plus the stream itself: its uri and authority and about 2 KiB of objects.
-FIXED_KIB = 16 * 1024
-RING_BYTES = 1 << 20
-CONNECTION_KIB = (4096 + 2 * RING_BYTES) // 1024 + 256 * 32
-STREAM_KIB = 2 * 8 + 2
 
 
 class StreamMemoryTest(EsiTestCase):
@@ -309,14 +230,14 @@ class StreamMemoryTest(EsiTestCase):
         opened = poll(lambda: self.active_streams() >= STREAMS,
                       bound=self.STREAMS_BOUND, interval=0.2)
         streams = self.active_streams()
-        peak = vm_rss_kib(self.esid.pid)
+        peak = memory_kib(self.esid.pid)
         # The clients leave: nginx ends the pages and their fragments, and
         # tells esid to forget every stream.
         for conn in clients:
             conn.close()
         closed = poll(lambda: self.active_streams() == 0
                       and self.stall.held == 0, bound=30.0, interval=0.2)
-        after = vm_rss_kib(self.esid.pid)
+        after = memory_kib(self.esid.pid)
         self.assertTrue(opened, "only %d of %d streams opened" % (
             streams, STREAMS))
         self.assertTrue(closed, "%d streams, %d fragments still open after "
@@ -328,15 +249,14 @@ class StreamMemoryTest(EsiTestCase):
         self.origin.route("/warm", 'a<esi:include src="/esi/x"/>c')
         self.origin.route("/esi/x", "X")
         self.assertBody("/warm", b"aXc")
-        idle = vm_rss_kib(self.esid.pid)
+        idle = memory_kib(self.esid.pid)
 
         streams, peak, after = self.hold_streams(1)
         # Twice: memory the first streams left behind would add up.
         _, again, after_again = self.hold_streams(2)
 
         connections = self.stats_json()["active_connections"]
-        bound = FIXED_KIB + connections * CONNECTION_KIB + \
-            streams * STREAM_KIB
+        bound = esid_bound_kib(connections, streams)
         sys.stderr.write(
             "\n  esid RSS (KiB): idle %r; %d streams %r, after %r; again "
             "%r, after %r; bound %d KiB (%d connections); %.1f KiB a stream\n"
