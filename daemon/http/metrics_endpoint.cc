@@ -170,7 +170,7 @@ class MetricsEndpoint::Connection {
   uv_timer_t idle_;
   uv_write_t write_;
   uv_shutdown_t shutdown_;
-  char chunk_[4096];
+  char chunk_[4096] = {};
   std::string request_;
   std::string answer_;
   bool answered_ = false;
