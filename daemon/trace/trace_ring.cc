@@ -7,8 +7,12 @@
 namespace esi {
 
 nlohmann::json TraceEntry::toJson() const {
-  nlohmann::json out = {{"seq", seq},   {"ms", unixMs},  {"kind", kind == Kind::kPage ? "page" : "purge"},
-                        {"url", url},   {"how", how},    {"micros", micros}};
+  nlohmann::json out = {{"seq", seq},
+                        {"ms", unixMs},
+                        {"kind", kind == Kind::kPage ? "page" : "purge"},
+                        {"url", url},
+                        {"how", how},
+                        {"micros", micros}};
   if (kind == Kind::kPage) {
     out["status"] = status;
     out["fragments"] = fragments;
