@@ -10,6 +10,10 @@
 #include "ngx_http_esi.h"
 
 
+/* how much of the page's path a replay report carries, for esictl log */
+#define NGX_HTTP_ESI_REPLAY_URI_MAX  512
+
+
 static uint32_t ngx_http_esi_object_hash(const u_char *key);
 static ngx_http_esi_replay_t *ngx_http_esi_replay_slot(
      ngx_http_esi_ctx_t *ctx);
@@ -352,25 +356,30 @@ ngx_http_esi_replay_timer_handler(ngx_event_t *ev)
 }
 
 
-/* tells esid of a hit replayed from the worker's copy, for its counts */
+/*
+ * tells esid of a hit replayed from the worker's copy, for its counts and
+ * its trace (esictl log)
+ */
 
 static void
 ngx_http_esi_replay_report(ngx_http_esi_ctx_t *ctx)
 {
-    size_t               need;
+    size_t               need, uri_len;
     u_char              *buf, *dst;
     ngx_str_t           *zone;
     esi_wire_out_t       req, replayed;
     esi_wire_builder_t   b;
 
     zone = &ctx->plan_zone->name;
+    uri_len = ngx_min(ctx->request->uri.len, NGX_HTTP_ESI_REPLAY_URI_MAX);
 
     need = esi_wire_size(ESI_WIRE_REQUEST_DATA_WORDS
                          + ESI_WIRE_REQUEST_POINTERS
                          + ESI_WIRE_REPLAYED_DATA_WORDS
                          + ESI_WIRE_REPLAYED_POINTERS,
                          esi_wire_blob(zone->len + 1)
-                         + esi_wire_blob(NGX_HTTP_ESI_OBJECT_LEN));
+                         + esi_wire_blob(NGX_HTTP_ESI_OBJECT_LEN)
+                         + esi_wire_blob(uri_len + 1));
 
     buf = ngx_palloc(ctx->request->pool, need);
     if (buf == NULL) {
@@ -397,6 +406,10 @@ ngx_http_esi_replay_report(ngx_http_esi_ctx_t *ctx)
 
     esi_wire_set_bool(&replayed, ESI_WIRE_REPLAYED_STITCHED_BIT,
                       ctx->pin != 0);
+    (void) esi_wire_set_text(&replayed, ESI_WIRE_REPLAYED_URI_PTR,
+                             (const char *) ctx->request->uri.data, uri_len);
+    esi_wire_set_u16(&replayed, ESI_WIRE_REPLAYED_STATUS_OFFSET,
+                     (uint16_t) ctx->request->headers_out.status);
 
     /* only counts are lost if it cannot go */
 

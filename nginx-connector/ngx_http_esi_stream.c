@@ -118,6 +118,8 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
                                  (const char *) host_data, host_len);
         esi_wire_set_u32(&open, ESI_WIRE_OPEN_MAX_TAG_BYTES_OFFSET,
                          (uint32_t) elcf->max_tag_size);
+        esi_wire_set_u16(&open, ESI_WIRE_OPEN_STATUS_OFFSET,
+                         (uint16_t) r->headers_out.status);
         (void) esi_wire_set_struct(&open, ESI_WIRE_OPEN_VARS_PTR,
                                    ESI_WIRE_REQUEST_VARS_DATA_WORDS,
                                    ESI_WIRE_REQUEST_VARS_POINTERS, &rv);

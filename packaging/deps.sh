@@ -19,6 +19,7 @@ packages=(
     systemd
     debhelper dpkg-dev lintian rpm wrk nghttp2-client openssl
     redis-server fcgiwrap libhiredis-dev
+    python3-prometheus-client
 )
 
 missing=()

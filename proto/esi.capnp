@@ -69,6 +69,10 @@ struct Replayed {
   # As in Open: the plan's zone and the object's 48-byte identity.
   stitched @2 :Bool;
   # The replay named segments.
+  uri @3 :Text;
+  # The page's decoded path, at most 512 bytes of it, for `esictl log`.
+  status @4 :UInt16;
+  # The status NGINX answers the page with.
 }
 
 struct Zone {
@@ -142,6 +146,9 @@ struct Open {
   # records a plan records its runs' gzip segments at this level.
   segments @10 :Bool;
   # This response is gzip-stitched: the plan may name segments.
+  status @11 :UInt16;
+  # The status NGINX answers the page with, for `esictl log`; 0 from a
+  # worker that does not say.
 }
 
 struct RequestVars {

@@ -1,10 +1,13 @@
 #include "control/control.h"
 
 #include <algorithm>
+#include <charconv>
 #include <string>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "control/metrics_page.h"
 
 namespace esi {
 
@@ -45,12 +48,24 @@ void Control::handle(std::string_view command, const PeerCredentials& peer,
   answer(query(command));
 }
 
+nlohmann::json Control::counters() const {
+  nlohmann::json stats = stats_.toJson();
+  stats.update(arena_.stats());
+  if (fleet_ != nullptr) stats.update(fleet_->stats());
+  return stats;
+}
+
+std::string Control::metrics() const {
+  const nlohmann::json counted = counters();
+  return renderMetrics({stats_, counted, purger_.scanSeconds(), purger_.scansFailed(),
+                        server_ != nullptr ? server_->ringUse() : WorkerSession::RingUse{}});
+}
+
 ControlAnswer Control::query(std::string_view command) const {
-  if (command == "stats") {
-    nlohmann::json stats = stats_.toJson();
-    stats.update(arena_.stats());
-    if (fleet_ != nullptr) stats.update(fleet_->stats());
-    return {true, stats.dump()};
+  if (command == "stats") return {true, counters().dump()};
+  if (command == "metrics") return {true, nlohmann::json{{"text", metrics()}}.dump()};
+  if (command == "log" || command.substr(0, 4) == "log ") {
+    return log(command.substr(std::min<size_t>(command.size(), 4)));
   }
   if (command == "zones") {
     return {true, purger_.zones().dump()};
@@ -83,6 +98,35 @@ ControlAnswer Control::plans(std::string_view zone) const {
   const nlohmann::json answer = {{"zone", std::move(zones[std::string(zone)])},
                                  {"entries", std::move(entries)}};
   return {true, answer.dump()};
+}
+
+// "log now": where the trace is; "log AFTER [STATUS [PREFIX]]": its entries
+// after AFTER, those of STATUS (0: any) whose URL starts with PREFIX (the
+// rest of the line).
+ControlAnswer Control::log(std::string_view args) const {
+  constexpr std::string_view kUsage = "usage: log now | log AFTER [STATUS [PREFIX]]";
+  if (trace_ == nullptr) return {false, "esid keeps no trace"};
+  const auto [after, rest] = firstWord(args);
+  if (after == "now") {
+    return {true, nlohmann::json{{"last", trace_->last()}, {"missed", 0},
+                                 {"entries", nlohmann::json::array()}}.dump()};
+  }
+  const auto [status, prefix] = firstWord(rest);
+  uint64_t from = 0;
+  TraceFilter filter;
+  const auto number = [](std::string_view text, auto& value) {
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    return error == std::errc() && end == text.data() + text.size();
+  };
+  if (!number(after, from) || (!status.empty() && !number(status, filter.status))) {
+    return {false, std::string(kUsage)};
+  }
+  filter.prefix = prefix;
+  const TraceSlice slice = trace_->since(from, filter);
+  nlohmann::json entries = nlohmann::json::array();
+  for (const TraceEntry& entry : slice.entries) entries.push_back(entry.toJson());
+  return {true, nlohmann::json{{"last", slice.last}, {"missed", slice.missed},
+                               {"entries", std::move(entries)}}.dump()};
 }
 
 // "fleet": this node and the fleet's; "fleet acks UID": who applied a

@@ -8,12 +8,16 @@
 #include <unistd.h>
 
 #include <optional>
+#include <string>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/stats.h"
 #include "fleet/fleet.h"
 #include "plans/plan_store.h"
 #include "segments/segment_arena.h"
+#include "trace/trace_ring.h"
 #include "transport/purge_orders.h"
 #include "transport/server.h"
 #include "variants/purger.h"
@@ -38,10 +42,21 @@ class Control {
   // purges whose nodes acknowledge.
   void setFleet(Fleet* fleet) { fleet_ = fleet; }
 
+  // The workers' server, for its rings' use in metrics, and the trace
+  // `esictl log` reads.  Both must outlive the control.
+  void setServer(const Server* server) { server_ = server; }
+  void setTrace(const TraceRing* trace) { trace_ = trace; }
+
+  // The Prometheus page (metrics_page.h): GET /metrics and `esictl stats
+  // --prometheus` show the same.
+  std::string metrics() const;
+
  private:
   bool allowed(const PeerCredentials& peer) const;
   ControlAnswer query(std::string_view command) const;
   ControlAnswer plans(std::string_view zone) const;
+  ControlAnswer log(std::string_view args) const;
+  nlohmann::json counters() const;
   void purge(std::string_view args, bool askAcks, const ControlAnswerFn& answer);
   void fleet(std::string_view args, const ControlAnswerFn& answer);
 
@@ -53,6 +68,8 @@ class Control {
   const uid_t owner_;  // besides root, the only user allowed...
   std::optional<gid_t> group_;  // ...but for this group's members
   Fleet* fleet_ = nullptr;
+  const Server* server_ = nullptr;
+  const TraceRing* trace_ = nullptr;
 };
 
 }  // namespace esi

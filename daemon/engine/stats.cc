@@ -12,7 +12,13 @@ nlohmann::json Stats::toJson() const {
           {"ring_full", ringFull},      {"worker_waits", workerWaits},
           {"planned", planned},
           {"stitched", stitched},       {"replayed", replayed},
-          {"ring_bytes_in", ringBytesIn}, {"ring_bytes_out", ringBytesOut}};
+          {"ring_bytes_in", ringBytesIn}, {"ring_bytes_out", ringBytesOut},
+          {"plan_misses", planMisses},  {"plan_drops", planDrops},
+          {"fragments_resolved", fragmentsResolved},
+          {"fragments_deferred", fragmentsDeferred},
+          {"fragments_refused", fragmentsRefused},
+          {"protocol_errors", protocolErrors},
+          {"purge_errors", purgeErrors}};
 }
 
 }  // namespace esi

@@ -3,9 +3,12 @@
 
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "metrics/histogram.h"
 
 namespace esi {
 
@@ -26,6 +29,20 @@ struct Stats {
                                  // to esid, and esid's reading woke it
   uint64_t ringBytesIn = 0;      // message bytes read from the workers' rings
   uint64_t ringBytesOut = 0;     // and written to them
+  uint64_t planMisses = 0;       // hits of objects with no plan yet (parsed)
+  uint64_t planDrops = 0;        // plans a worker found not to match
+  uint64_t fragmentsResolved = 0;  // includes resolved once, when parsed
+  uint64_t fragmentsDeferred = 0;  // resolved per request (they read it)
+  uint64_t fragmentsRefused = 0;   // a src refused (another host, a bad URL)
+  uint64_t protocolErrors = 0;     // of errors: workers' protocol violations
+  uint64_t purgeErrors = 0;        // purges esid could not answer
+
+  // Purges answered, by kind (exact, wildcard, tag), soft or not, and
+  // whether the zone's directory was read.
+  static constexpr size_t kPurgeKinds = 3;
+  std::array<std::array<std::array<uint64_t, 2>, 2>, kPurgeKinds> purges{};
+  // From a worker's purge request to esid's answer.
+  Histogram purgeSeconds;
 
   nlohmann::json toJson() const;
 };

@@ -37,6 +37,7 @@ bool Stream::resumeInside(const std::vector<ProgramStep>& before, TextContext co
 
 void Stream::feed(std::string_view bytes) {
   stats_.bytes += bytes.size();
+  bytesFed_ += bytes.size();
   if (recording_) {
     if (body_.size() + bytes.size() > maxRecordBytes_) {
       recording_ = false;
@@ -73,12 +74,15 @@ void Stream::verbatim(uint64_t offset, uint64_t length) {
 void Stream::include(std::string_view src, std::string_view alt,
                      bool continueOnError) {
   ++stats_.includes;
+  ++includes_;
   IncludeStep step;
   step.src = Template::compile(src);
   if (!alt.empty()) step.alt = Template::compile(alt);
   step.continueOnError = continueOnError;
   if (!step.src.hasReferences() && !(step.alt && step.alt->hasReferences())) {
     step.resolved = resolveOnce(step);
+  } else {
+    ++stats_.fragmentsDeferred;
   }
   add(std::move(step));
 }
@@ -93,8 +97,10 @@ std::optional<IncludeCall> Stream::resolveOnce(const IncludeStep& step) {
   if (resolved.ok) {
     call.path = std::move(resolved.path);
     call.args = std::move(resolved.args);
+    ++stats_.fragmentsResolved;
   } else {
     ++stats_.errors;
+    ++stats_.fragmentsRefused;
     // Escaped and quoted: a src's CR or LF must not forge lines in the log.
     spdlog::warn("{:?}: include {:?} refused: {}", page_.uri, src, resolved.reason);
   }

@@ -49,6 +49,11 @@ class Stream final : private ParserSink {
   const std::string& recordedBody() const { return body_; }
   const std::vector<ProgramStep>& recordedProgram() const { return program_; }
 
+  // For the trace: the page's path, its includes and the bytes fed so far.
+  const std::string& uri() const { return page_.uri; }
+  uint64_t includes() const { return includes_; }
+  uint64_t bytesFed() const { return bytesFed_; }
+
  private:
   void verbatim(uint64_t offset, uint64_t length) override;
   void include(std::string_view src, std::string_view alt,
@@ -71,6 +76,8 @@ class Stream final : private ParserSink {
   size_t maxRecordBytes_ = 0;
   std::string body_;
   std::vector<ProgramStep> program_;
+  uint64_t includes_ = 0;
+  uint64_t bytesFed_ = 0;
   Parser parser_;
 };
 

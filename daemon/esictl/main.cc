@@ -163,96 +163,15 @@ nlohmann::json ask(const std::string& socketPath, const std::string& command,
 // ---------------------------------------------------------------------------
 // stats
 
-struct Metric {
-  const char* key;   // in esid's JSON
-  const char* name;  // Prometheus name, after "esid_"
-  const char* type;
-  const char* help;
-};
-
-constexpr Metric kMetrics[] = {
-    {"connections", "connections_total", "counter", "NGINX worker connections accepted."},
-    {"active_connections", "active_connections", "gauge", "NGINX worker connections open now."},
-    {"streams", "streams_total", "counter", "Response bodies (streams) opened for ESI processing."},
-    {"active_streams", "active_streams", "gauge", "Streams being processed now."},
-    {"bytes", "parsed_bytes_total", "counter", "Body bytes parsed."},
-    {"includes", "includes_total", "counter", "esi:include elements found."},
-    {"warnings", "warnings_total", "counter", "Odd markup passed over."},
-    {"errors", "errors_total", "counter", "Refused includes and protocol violations."},
-    {"ring_full", "ring_full_total", "counter", "Answers that had to wait for ring space."},
-    {"worker_waits", "worker_waits_total", "counter",
-     "Times a worker waited for room in its ring to esid, woken when esid read."},
-    {"planned", "planned_total", "counter", "Cache hits answered with a parse plan."},
-    {"stitched", "stitched_total", "counter", "Plans sent naming gzip segments (esi_stitch)."},
-    {"replayed", "replayed_total", "counter",
-     "Planned hits a worker replayed from its own copy of a reusable plan."},
-    {"ring_bytes_in", "ring_in_bytes_total", "counter", "Message bytes read from workers' rings."},
-    {"ring_bytes_out", "ring_out_bytes_total", "counter", "Message bytes written to workers' rings."},
-    {"segment_arena_bytes", "segment_arena_bytes", "gauge", "Size of the gzip segment arena."},
-    {"segment_arena_used_bytes", "segment_arena_used_bytes", "gauge",
-     "Arena bytes held by plans' segments."},
-    {"segment_arena_quarantined_bytes", "segment_arena_quarantined_bytes", "gauge",
-     "Arena bytes of forgotten plans that a worker may still be sending."},
-    {"segment_extents", "segment_extents", "gauge", "Plans holding segments in the arena."},
-    {"segment_quarantined_extents", "segment_quarantined_extents", "gauge",
-     "Extents waiting until no worker pins them."},
-    {"segment_free_slots", "segment_free_slots", "gauge", "Pin slots free for new plans (of 4096)."},
-    {"segments_recorded", "segments_recorded_total", "counter", "Verbatim runs deflated into segments."},
-    {"segment_arena_full", "segment_arena_full_total", "counter",
-     "Plans recorded without segments: no room or no pin slot in the arena."},
-    {"segment_pins", "segment_pins", "gauge",
-     "Requests and plan copies of living workers that may send segments."},
-    {"segment_retired_pin_tables", "segment_retired_pin_tables", "gauge",
-     "Pin tables of closed connections whose workers still send segments."},
-    {"fleet_connected", "fleet_connected", "gauge", "1 while both connections to Redis are up."},
-    {"fleet_published", "fleet_published_total", "counter",
-     "Purges carried out here and appended to the fleet's stream."},
-    {"fleet_pending", "fleet_pending", "gauge",
-     "Purges carried out here waiting to be appended (Redis away)."},
-    {"fleet_applied", "fleet_applied_total", "counter", "Other nodes' purges carried out here."},
-    {"fleet_own", "fleet_own_entries_total", "counter", "Entries of this node's read back."},
-    {"fleet_skipped", "fleet_skipped_total", "counter",
-     "Stream entries skipped: not a purge, or a zone no worker here serves."},
-    {"fleet_failed", "fleet_failed_total", "counter", "Entries whose purge failed every attempt."},
-    {"fleet_refused", "fleet_refused_total", "counter",
-     "Purges not published: outside the stream's limits."},
-    {"fleet_dropped", "fleet_dropped_total", "counter",
-     "Purges dropped from the full queue while Redis was away."},
-    {"fleet_gaps", "fleet_gaps_total", "counter",
-     "Times this node found entries it needed trimmed from the stream."},
-    {"fleet_lost", "fleet_lost_entries_total", "counter", "Entries lost in those gaps."},
-    {"fleet_lag_entries", "fleet_lag_entries", "gauge",
-     "Entries on the stream this node has not applied yet."},
-    {"fleet_lag_ms", "fleet_lag_milliseconds", "gauge",
-     "Stream time between the newest entry and the last applied here."},
-};
-
-// Prometheus text exposition format 0.0.4.  Keys esictl does not know yet
-// (a newer esid) are exported untyped under their own name.
-void printPrometheus(const nlohmann::json& stats) {
-  std::vector<std::string> known;
-  for (const Metric& m : kMetrics) {
-    known.emplace_back(m.key);
-    const auto it = stats.find(m.key);
-    if (it == stats.end() || !it->is_number()) continue;
-    std::printf("# HELP esid_%s %s\n# TYPE esid_%s %s\nesid_%s %s\n", m.name, m.help, m.name,
-                m.type, m.name, it->dump().c_str());
-  }
-  for (const auto& [key, value] : stats.items()) {
-    if (!value.is_number() || std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string name = "esid_";
-    for (char c : key) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    std::printf("# HELP %s esid stats field \"%s\".\n# TYPE %s untyped\n%s %s\n", name.c_str(),
-                key.c_str(), name.c_str(), name.c_str(), value.dump().c_str());
-  }
-}
-
 int stats(const std::string& socketPath, bool json, bool prometheus) {
+  if (prometheus) {
+    // esid renders the page, as for GET /metrics.
+    std::fputs(ask(socketPath, "metrics").value("text", "").c_str(), stdout);
+    return 0;
+  }
   const nlohmann::json body = ask(socketPath, "stats");
   if (json) {
     std::printf("%s\n", body.dump().c_str());
-  } else if (prometheus) {
-    printPrometheus(body);
   } else {
     for (const auto& [name, value] : body.items()) {
       std::printf("%s %s\n", name.c_str(), value.dump().c_str());
@@ -652,6 +571,69 @@ int purge(const std::string& socketPath, const std::string& zone, const std::str
   }
 }
 
+// ---------------------------------------------------------------------------
+// log
+
+// One trace entry as a line: when, what, and what became of it.
+void printEntry(const nlohmann::json& entry, bool json) {
+  if (json) {
+    std::printf("%s\n", entry.dump().c_str());
+    return;
+  }
+  const int64_t ms = entry.value("ms", int64_t{0});
+  const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm local{};
+  localtime_r(&seconds, &local);
+  char clock[16];
+  std::strftime(clock, sizeof(clock), "%H:%M:%S", &local);
+  // Escaped: a URL's control characters must not forge lines.
+  const std::string url = nlohmann::json(entry.value("url", "")).dump();
+  if (entry.value("kind", "") == "purge") {
+    const std::string error = entry.value("error", "");
+    const std::string why = error.empty() ? "" : " error=" + nlohmann::json(error).dump();
+    std::printf("%s.%03lld purge %s %s zone=%s files=%llu path=%s time=%lluus%s\n", clock,
+                static_cast<long long>(ms % 1000), entry.value("how", "").c_str(), url.c_str(),
+                entry.value("zone", "").c_str(), entry.value("files", 0ULL),
+                entry.value("path", "").c_str(), entry.value("micros", 0ULL), why.c_str());
+    return;
+  }
+  std::printf("%s.%03lld page %u %s %s fragments=%llu bytes=%llu time=%lluus\n", clock,
+              static_cast<long long>(ms % 1000), entry.value("status", 0U),
+              entry.value("how", "").c_str(), url.c_str(), entry.value("fragments", 0ULL),
+              entry.value("bytes", 0ULL), entry.value("micros", 0ULL));
+}
+
+// Prints what esid traced, as varnishlog does: with dump, what the ring
+// holds now; else from now on until interrupted.  esid never waits for
+// esictl: entries overwritten before esictl asked are counted as missed.
+int traceLog(const std::string& socketPath, const std::string& prefix, unsigned status,
+             bool dump, bool json) {
+  const std::string filter = " " + std::to_string(status) + (prefix.empty() ? "" : " " + prefix);
+  uint64_t after = dump ? 0 : ask(socketPath, "log now").value("last", uint64_t{0});
+  if (!dump) {
+    signal(SIGINT, onStopSignal);
+    signal(SIGTERM, onStopSignal);
+    std::fprintf(stderr, "esictl: following esid's trace after entry %llu (^C stops)\n",
+                 static_cast<unsigned long long>(after));
+  }
+  do {
+    const nlohmann::json body = ask(socketPath, "log " + std::to_string(after) + filter);
+    const uint64_t missed = body.value("missed", uint64_t{0});
+    if (missed != 0 && json) {
+      std::printf("%s\n", nlohmann::json{{"missed", missed}}.dump().c_str());
+    } else if (missed != 0) {
+      std::printf("# %llu entries missed: overwritten before esictl read them\n",
+                  static_cast<unsigned long long>(missed));
+    }
+    for (const auto& entry : body["entries"]) printEntry(entry, json);
+    std::fflush(stdout);
+    after = body.value("last", after);
+    if (dump) break;
+    poll(nullptr, 0, kTickMs);
+  } while (stopRequested == 0);
+  return 0;
+}
+
 // The fleet as esid sees it: this node, and each node's last heartbeat.
 int fleet(const std::string& socketPath, bool json) {
   const nlohmann::json body = ask(socketPath, "fleet");
@@ -759,6 +741,16 @@ int main(int argc, char** argv) try {
       "fleet", "The fleet: this node's place on the stream, and every node's");
   bool fleetJson = false;
   fleetCommand->add_flag("--json", fleetJson, "Print one JSON object");
+  auto* logCommand = app.add_subcommand(
+      "log", "What esid does, page by page and purge by purge, from now on (as varnishlog)");
+  std::string logPrefix;
+  unsigned logStatus = 0;
+  bool logDump = false, logJson = false;
+  logCommand->add_option("--prefix", logPrefix, "Only URLs (purges: keys) starting with this");
+  logCommand->add_option("--status", logStatus, "Only pages NGINX answered with this status")
+      ->check(CLI::Range(100u, 999u));
+  logCommand->add_flag("--dump", logDump, "Print what esid holds now and exit");
+  logCommand->add_flag("--json", logJson, "One JSON object per entry");
   CLI11_PARSE(app, argc, argv);
 
   if (*statsCommand) return stats(socketPath, json, prometheus);
@@ -770,6 +762,7 @@ int main(int argc, char** argv) try {
                  purgeValue, purgeJson, purgeFleet, purgeWait);
   }
   if (*fleetCommand) return fleet(socketPath, fleetJson);
+  if (*logCommand) return traceLog(socketPath, logPrefix, logStatus, logDump, logJson);
   if (*topCommand) return top(socketPath, once ? 1 : iterations, interval);
   return 1;
 } catch (const std::exception& e) {

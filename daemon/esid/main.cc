@@ -18,8 +18,10 @@
 #include "esid/logging.h"
 #include "esid/settings.h"
 #include "fleet/fleet.h"
+#include "http/metrics_endpoint.h"
 #include "plans/plan_store.h"
 #include "segments/segment_arena.h"
+#include "trace/trace_ring.h"
 #include "transport/server.h"
 #include "variants/purger.h"
 
@@ -52,6 +54,7 @@ struct Signals {
   uv_signal_t hangup;
   esi::Purger* purger;
   esi::Fleet* fleet = nullptr;
+  esi::MetricsEndpoint* metrics = nullptr;
 };
 
 void onStop(uv_signal_t* handle, int signum) {
@@ -61,6 +64,7 @@ void onStop(uv_signal_t* handle, int signum) {
   auto* signals = reinterpret_cast<Signals*>(handle->loop->data);
   signals->purger->close();
   if (signals->fleet != nullptr) signals->fleet->stop();
+  if (signals->metrics != nullptr) signals->metrics->close();
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->term), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->interrupt), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&signals->hangup), nullptr);
@@ -100,6 +104,9 @@ void logOverrides(const esi::SettingsLayer& file, const esi::SettingsLayer& comm
   }
   if (file.stateDir && commandLine.stateDir) {
     spdlog::info("--state-dir overrides state_dir in the config file");
+  }
+  if (file.metrics && commandLine.metrics) {
+    spdlog::info("--metrics overrides metrics in the config file");
   }
 }
 
@@ -172,6 +179,11 @@ void onHangup(uv_signal_t* handle, int) {
                  "esid restarts");
     next.fleet = reload->current.fleet;
   }
+  if (next.metrics != reload->current.metrics) {
+    spdlog::warn("SIGHUP: metrics changes only when esid restarts; still {}",
+                 reload->current.metrics.empty() ? "off" : reload->current.metrics);
+    next.metrics = reload->current.metrics;
+  }
   const auto changes = esi::describeChanges(reload->current, next);
   if (changes.empty()) {
     spdlog::info("SIGHUP: {} re-read, nothing changed", reload->configPath);
@@ -200,7 +212,7 @@ void onHangup(uv_signal_t* handle, int) {
 int main(int argc, char** argv) try {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
   std::string configPath, socketPath, socketGroup, socketMode, ringSize, segmentArena, planStore,
-      level, group, fleetUrl, fleetNode, stateDir;
+      level, group, fleetUrl, fleetNode, stateDir, metrics;
   bool checkOnly = false;
   app.add_option("--config", configPath,
                  "Settings file (key = value), re-read on SIGHUP; flags override it")
@@ -244,6 +256,10 @@ int main(int argc, char** argv) try {
       "--state-dir", stateDir,
       "Where esid keeps what must survive it: its position on the fleet's stream "
       "[default: /var/lib/esid]");
+  auto* metricsOption = app.add_option(
+      "--metrics", metrics,
+      "Serve Prometheus metrics at http://ADDRESS:PORT/metrics, e.g. 127.0.0.1:9145; any "
+      "address is taken, so keep it on loopback or behind a firewall [default: off]");
   app.add_flag("--check-config", checkOnly, "Check the settings, print them and exit");
   app.set_version_flag("--version", "esid " ESI_VERSION);
   CLI11_PARSE(app, argc, argv);
@@ -274,6 +290,7 @@ int main(int argc, char** argv) try {
     }
     if (fleetNodeOption->count() > 0) commandLine.fleetNode = fleetNode;
     if (stateDirOption->count() > 0) commandLine.stateDir = stateDir;
+    if (metricsOption->count() > 0) commandLine.metrics = esi::parseMetricsAddress(metrics);
     if (!configPath.empty()) file = esi::readSettingsFile(configPath);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "esid: %s\n", e.what());
@@ -292,7 +309,7 @@ int main(int argc, char** argv) try {
                 "segment_arena = %llu\nplan_store = %llu\nlog_level = %s\n"
                 "control_group = %s\nfleet = %s\nfleet_node = %s\nfleet_stream = %s\n"
                 "fleet_user = %s\nfleet_password = %s\nfleet_on_gap = %s\n"
-                "fleet_max_entries = %llu\nfleet_queue = %llu\nstate_dir = %s\n",
+                "fleet_max_entries = %llu\nfleet_queue = %llu\nstate_dir = %s\nmetrics = %s\n",
                 settings.socketPath.c_str(),
                 settings.socketGroup.empty() ? "(none)" : settings.socketGroup.c_str(),
                 esi::socketModeName(settings.socketMode.value_or(esi::kDefaultSocketMode)).c_str(),
@@ -309,7 +326,8 @@ int main(int argc, char** argv) try {
                 settings.fleet.onGap.c_str(),
                 static_cast<unsigned long long>(settings.fleet.maxEntries),
                 static_cast<unsigned long long>(settings.fleet.queue),
-                settings.fleet.stateDir.c_str());
+                settings.fleet.stateDir.c_str(),
+                settings.metrics.empty() ? "(off)" : settings.metrics.c_str());
     return 0;
   }
 
@@ -351,13 +369,22 @@ int main(int argc, char** argv) try {
     return 1;
   }
   esi::PlanStore plans(settings.planStore);
+  esi::TraceRing trace;
   esi::Control control(stats, purger, orders, plans, *arena);
   control.allowGroup(controlGroup(settings));
+  control.setTrace(&trace);
   esi::Server server(loop, options, stats, purger, orders, plans, *arena,
                      [&control](std::string_view command, const esi::PeerCredentials& peer,
                                 const esi::ControlAnswerFn& answer) {
                        control.handle(command, peer, answer);
                      });
+  server.setTrace(&trace);
+  control.setServer(&server);
+  std::optional<esi::MetricsEndpoint> metricsEndpoint;
+  if (!settings.metrics.empty()) {
+    metricsEndpoint.emplace(loop, esi::parseListenAddress(settings.metrics),
+                            [&control] { return control.metrics(); });
+  }
   std::optional<esi::Fleet> fleet;
   if (fleetSettings) {
     fleet.emplace(
@@ -382,6 +409,7 @@ int main(int argc, char** argv) try {
   Signals signals;
   signals.purger = &purger;
   signals.fleet = fleet ? &*fleet : nullptr;
+  signals.metrics = metricsEndpoint ? &*metricsEndpoint : nullptr;
   loop->data = &signals;
   for (uv_signal_t* handle : {&signals.term, &signals.interrupt, &signals.hangup}) {
     uv_signal_init(loop, handle);
@@ -394,10 +422,14 @@ int main(int argc, char** argv) try {
 
   try {
     server.listen();
+    if (metricsEndpoint) metricsEndpoint->listen();
     if (fleet) fleet->start();
   } catch (const std::exception& e) {
     spdlog::critical("{}", e.what());
     return 1;
+  }
+  if (metricsEndpoint) {
+    spdlog::info("metrics: http://{}/metrics", metricsEndpoint->describe());
   }
   if (fleet) {
     spdlog::info("fleet: node {} on {} of {} (fleet_on_gap = {}, state in {})",

@@ -159,6 +159,22 @@ TEST(SettingsFile, PlanStoreIsReadAndDefaultsTo64M) {
   EXPECT_THROW(parseSettingsFile("plan_store = 1T\n", "f"), std::invalid_argument);
 }
 
+TEST(SettingsFile, MetricsIsOffByDefaultAndTakesAnAddressAndAPort) {
+  EXPECT_EQ(Settings().metrics, "");
+  const auto layer = parseSettingsFile("metrics = 127.0.0.1:9145\n", "esid.conf");
+  EXPECT_EQ(Settings::resolve(layer, {}).metrics, "127.0.0.1:9145");
+  SettingsLayer flag;
+  flag.metrics = "[::1]:9100";
+  EXPECT_EQ(Settings::resolve(layer, flag).metrics, "[::1]:9100");
+  EXPECT_EQ(parseMetricsAddress("0.0.0.0:9145"), "0.0.0.0:9145");  // any, as documented
+  EXPECT_THROW(parseSettingsFile("metrics = 9145\n", "f"), std::invalid_argument);
+  EXPECT_THROW(parseSettingsFile("metrics = localhost:9145\n", "f"), std::invalid_argument);
+  Settings after;
+  after.metrics = "127.0.0.1:9145";
+  EXPECT_EQ(describeChanges(Settings(), after),
+            std::vector<std::string>{"metrics: (none) -> 127.0.0.1:9145"});
+}
+
 TEST(LogLevel, WarnIsSpelledWarnBothWays) {
   EXPECT_EQ(parseLogLevel("warn"), spdlog::level::warn);
   EXPECT_EQ(logLevelName(spdlog::level::warn), "warn");

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "http/metrics_endpoint.h"
+
 namespace esi {
 
 namespace {
@@ -97,8 +99,13 @@ Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& comma
     if (layer->fleetMaxEntries) f.maxEntries = *layer->fleetMaxEntries;
     if (layer->fleetQueue) f.queue = *layer->fleetQueue;
     if (layer->stateDir) f.stateDir = *layer->stateDir;
+    if (layer->metrics) s.metrics = *layer->metrics;
   }
   return s;
+}
+
+std::string parseMetricsAddress(std::string_view text) {
+  return parseListenAddress(text).text;
 }
 
 uint32_t parseRingSize(std::string_view text) {
@@ -272,12 +279,15 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
       } else if (key == "state_dir") {
         if (value.front() != '/') throw std::invalid_argument("state_dir must be an absolute path");
         layer.stateDir = std::string(value);
+      } else if (key == "metrics") {
+        layer.metrics = parseMetricsAddress(value);
       } else {
         throw std::invalid_argument("unknown key \"" + std::string(key) +
                                     "\" (known: socket, socket_group, socket_mode, ring_size, "
                                     "segment_arena, plan_store, log_level, control_group, fleet, "
                                     "fleet_node, fleet_stream, fleet_user, fleet_password, "
-                                    "fleet_on_gap, fleet_max_entries, fleet_queue, state_dir)");
+                                    "fleet_on_gap, fleet_max_entries, fleet_queue, state_dir, "
+                                    "metrics)");
       }
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where() + e.what());
@@ -343,6 +353,7 @@ std::vector<std::string> describeChanges(const Settings& before, const Settings&
   text("fleet_max_entries", std::to_string(a.maxEntries), std::to_string(b.maxEntries));
   text("fleet_queue", std::to_string(a.queue), std::to_string(b.queue));
   text("state_dir", a.stateDir, b.stateDir);
+  text("metrics", before.metrics, after.metrics);
   if (before.controlGroup != after.controlGroup) {
     changes.push_back("control_group: " + (before.controlGroup.empty() ? "(none)" : before.controlGroup) +
                       " -> " + (after.controlGroup.empty() ? "(none)" : after.controlGroup));

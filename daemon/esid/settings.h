@@ -25,6 +25,8 @@
 //     fleet_max_entries = 100000        # the stream keeps about this many
 //     fleet_queue = 10000               # entries kept while Redis is away
 //     state_dir = /var/lib/esid         # what must survive esid
+//     metrics = 127.0.0.1:9145          # Prometheus' /metrics; off by default;
+//                                       # read at start only
 
 #pragma once
 
@@ -68,6 +70,7 @@ struct SettingsLayer {
   std::optional<uint64_t> fleetMaxEntries;
   std::optional<uint64_t> fleetQueue;
   std::optional<std::string> stateDir;
+  std::optional<std::string> metrics;  // ADDRESS:PORT
 };
 
 // The fleet's values (fleet_* and state_dir): they change only at a restart.
@@ -96,6 +99,7 @@ struct Settings {
   spdlog::level::level_enum logLevel = spdlog::level::info;
   std::string controlGroup;  // empty: none
   FleetSettings fleet;  // read at start only
+  std::string metrics;  // ADDRESS:PORT of GET /metrics; empty: none
 
   // Defaults, overridden by file, overridden by commandLine.
   static Settings resolve(const SettingsLayer& file, const SettingsLayer& commandLine);
@@ -131,6 +135,10 @@ std::string parseGapAction(std::string_view text);
 // A decimal number in [low, high]; what names it in messages.  Throws
 // std::invalid_argument.
 uint64_t parseCount(std::string_view text, std::string_view what, uint64_t low, uint64_t high);
+
+// "127.0.0.1:9145", "[::1]:9145": a numeric address and a port, for
+// metrics.  Throws std::invalid_argument saying what is wrong.
+std::string parseMetricsAddress(std::string_view text);
 
 // A group's id from its name or number.  Throws std::invalid_argument when
 // there is no such group.

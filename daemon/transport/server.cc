@@ -73,6 +73,11 @@ class Server::Client {
     if (session_ && !closing_) session_->sendForget(files);
   }
 
+  // A worker's rings; nothing for esictl's connections.
+  WorkerSession::RingUse ringUse() const {
+    return session_ && !closing_ ? session_->ringUse() : WorkerSession::RingUse{};
+  }
+
   void start() {
     uv_read_start(reinterpret_cast<uv_stream_t*>(pipe_), onAlloc, onRead);
   }
@@ -168,6 +173,7 @@ class Server::Client {
           [this](std::string_view) { close(); },
           [&server = server_](const std::vector<Md5>& files) { server.purged(files); },
           server_.feed_);
+      session_->setTrace(server_.trace_);
     } catch (const std::exception& e) {
       spdlog::error("cannot set up rings for a worker: {}", e.what());
       close();
@@ -330,6 +336,17 @@ void Server::onConnection(uv_stream_t* listener, int status) {
 
 void Server::remove(Client* client) {
   clients_.remove_if([client](const auto& c) { return c.get() == client; });
+}
+
+WorkerSession::RingUse Server::ringUse() const {
+  WorkerSession::RingUse total;
+  for (const auto& client : clients_) {
+    const WorkerSession::RingUse use = client->ringUse();
+    total.requests += use.requests;
+    total.responses += use.responses;
+    total.capacity += use.capacity;
+  }
+  return total;
 }
 
 }  // namespace esi

@@ -19,7 +19,9 @@
 #include "engine/stats.h"
 #include "plans/plan_store.h"
 #include "segments/segment_arena.h"
+#include "trace/trace_ring.h"
 #include "transport/purge_orders.h"
+#include "transport/worker_session.h"
 #include "variants/purger.h"
 
 namespace esi {
@@ -78,6 +80,13 @@ class Server {
   // that connect from now on.
   void setPurgeFeed(PurgeFeed feed) { feed_ = std::move(feed); }
 
+  // Where workers' pages and purges are traced (esictl log); for workers
+  // that connect from now on.  Must outlive the server.
+  void setTrace(TraceRing* trace) { trace_ = trace; }
+
+  // The workers' rings: bytes waiting each way, and their size.
+  WorkerSession::RingUse ringUse() const;
+
  private:
   class Client;
   static void onConnection(uv_stream_t* listener, int status);
@@ -95,6 +104,7 @@ class Server {
   SegmentArena& arena_;
   ControlHandler control_;
   PurgeFeed feed_;
+  TraceRing* trace_ = nullptr;
   uv_pipe_t* listener_ = nullptr;
   bool ownsPath_ = false;
   std::string where_;

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <capnp/serialize.h>
@@ -114,6 +115,9 @@ class TestWorker {
 
   // An open for a cache hit in plan zone "plans".
   // With esi_stitch: segments recorded at stitchLevel, and asked for.
+  // The status openCached() says NGINX answers with.
+  static constexpr uint16_t kStatus = 203;
+
   void openCached(uint32_t stream, const std::string& object, uint64_t base = 0,
                   bool planFailed = false, const std::string& cookies = "",
                   uint8_t stitchLevel = 0, bool segments = false) {
@@ -128,6 +132,7 @@ class TestWorker {
       esi_wire_set_text(&o, ESI_WIRE_OPEN_PLAN_ZONE_PTR, "plans", 5);
       esi_wire_set_u64(&o, ESI_WIRE_OPEN_PLAN_ZONE_BYTES_OFFSET, 1 << 20);
       esi_wire_set_u64(&o, ESI_WIRE_OPEN_BASE_OFFSET, base);
+      esi_wire_set_u16(&o, ESI_WIRE_OPEN_STATUS_OFFSET, kStatus);
       // The C codec writes no single bytes: the level is the high byte of
       // a u16 whose low byte (bools, maybe) is written after it.
       static_assert(ESI_WIRE_OPEN_STITCH_LEVEL_OFFSET % 2 == 1);
@@ -198,6 +203,10 @@ class TestWorker {
 
   void end(uint32_t stream) {
     send(stream, ESI_WIRE_REQUEST_END_WHICH, [](esi_wire_out_t*) {});
+  }
+
+  void cancel(uint32_t stream) {
+    send(stream, ESI_WIRE_REQUEST_CANCEL_WHICH, [](esi_wire_out_t*) {});
   }
 
   void raw(const void* payload, uint32_t len) {
@@ -588,6 +597,35 @@ TEST_F(WorkerSessionTest, FirstHitRecordsThePlanAndTheNextHitGetsIt) {
   EXPECT_EQ(stats_.planned, 1u);
   EXPECT_EQ(stats_.activeStreams, 0u);  // nothing more comes for stream 2
   EXPECT_TRUE(worker_->received.reusable);
+}
+
+TEST_F(WorkerSessionTest, PagesAreTracedAsServedAndPlanLookupsCounted) {
+  TraceRing trace;
+  session_->setTrace(&trace);
+  worker_->openCached(1, kObject);  // no plan yet: a miss, parsed
+  serve();
+  worker_->body(1, "ab<esi:include src=\"/x\"/>cd");
+  worker_->end(1);
+  serve();
+  worker_->openCached(2, kObject);  // the plan: a hit
+  serve();
+  worker_->openCached(3, kObject, 2, true);  // the worker found it wrong: a drop
+  worker_->body(3, "<esi:include src=\"/x\"/>cd");
+  worker_->cancel(3);
+  serve();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(stats_.planMisses, 1u);
+  EXPECT_EQ(stats_.planned, 1u);
+  EXPECT_EQ(stats_.planDrops, 1u);
+  EXPECT_EQ(stats_.fragmentsResolved, 2u);
+  const TraceSlice slice = trace.since(0, {});
+  ASSERT_EQ(slice.entries.size(), 3u);
+  const auto fields = [](const TraceEntry& e) {
+    return std::make_tuple(e.url, e.status, e.how, e.fragments, e.bytes);
+  };
+  EXPECT_EQ(fields(slice.entries[0]), std::make_tuple("/p", 203u, "parse", 1u, 27u));
+  EXPECT_EQ(fields(slice.entries[1]), std::make_tuple("/p", 203u, "plan", 1u, 27u));
+  EXPECT_EQ(fields(slice.entries[2]), std::make_tuple("/p", 203u, "cancel", 1u, 25u));
 }
 
 TEST_F(WorkerSessionTest, VarsLiteralsAndTryMarkersTravelInSplices) {

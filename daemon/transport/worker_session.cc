@@ -141,6 +141,37 @@ pid_t peerPid(int socketFd) {
   return cred.pid;
 }
 
+// Bytes between a ring's indexes, as both sides published them; the
+// worker's may be anything, so never more than the ring.
+uint64_t queuedBytes(const esi_ring_t& ring) {
+  const uint32_t head = __atomic_load_n(&ring.ctl->head, __ATOMIC_ACQUIRE);
+  const uint32_t tail = __atomic_load_n(&ring.ctl->tail, __ATOMIC_ACQUIRE);
+  return std::min<uint32_t>(tail - head, ring.size);
+}
+
+// Counts and traces a purge once esid answered it.
+void notePurge(Stats& stats, TraceRing* trace, const PurgeQuery& query,
+               const PurgeOutcome& outcome, uint64_t startNs) {
+  const uint64_t elapsedNs = uv_hrtime() - startNs;
+  stats.purgeSeconds.observe(static_cast<double>(elapsedNs) / 1e9);
+  if (!outcome.error.empty()) {
+    ++stats.purgeErrors;
+  } else {
+    ++stats.purges[static_cast<size_t>(query.kind)][query.soft ? 1 : 0][outcome.scanned ? 1 : 0];
+  }
+  if (trace == nullptr) return;
+  TraceEntry entry;
+  entry.kind = TraceEntry::Kind::kPurge;
+  entry.url = std::string_view(query.value).substr(0, TraceRing::kMaxUrlBytes);
+  entry.how = std::string(query.soft ? "soft " : "") + purgeKindName(query.kind);
+  entry.fragments = outcome.files.size();
+  entry.micros = elapsedNs / 1000;
+  entry.zone = query.zone;
+  entry.path = outcome.scanned ? "directory" : "index";
+  entry.error = outcome.error;
+  trace->add(std::move(entry));
+}
+
 }  // namespace
 
 WorkerSession::WorkerSession(uv_loop_t* loop, int socketFd, uint32_t ringSize,
@@ -377,13 +408,23 @@ bool WorkerSession::handleRequest(const uint8_t* payload, uint32_t length,
         it->second.stream->finish();
         sendSplice(id, it->second, true);
         recordPlan(it->second);
+        tracePage(it->second.stream->uri(), it->second.status, "parse",
+                  it->second.stream->includes(), it->second.stream->bytesFed(),
+                  it->second.openedNs);
         streams_.erase(it);
         --stats_.activeStreams;
         return true;
       }
-      case wire::Request::CANCEL:
-        stats_.activeStreams -= streams_.erase(id);
+      case wire::Request::CANCEL: {
+        auto it = streams_.find(id);
+        if (it == streams_.end()) return true;
+        tracePage(it->second.stream->uri(), it->second.status, "cancel",
+                  it->second.stream->includes(), it->second.stream->bytesFed(),
+                  it->second.openedNs);
+        streams_.erase(it);
+        --stats_.activeStreams;
         return true;
+      }
       case wire::Request::ZONE:
         return handleZone(request.getZone());
       case wire::Request::STORED:
@@ -448,15 +489,25 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
                    "plan dropped", std::string_view(uri.cStr(), uri.size()), open.getBase());
       failedPlan = plans_.drop(planKey->zone, planKey->id);
       planKey.reset();
+      ++stats_.planDrops;
     } else if (open.getBase() != 0) {
       violation("open: a base offset without a failed plan");
       return false;
     } else if (auto plan = plans_.find(planKey->zone, planKey->id)) {
+      const uint64_t startNs = uv_hrtime();
       if (sendPlan(id, *plan, page, *values, open.getSegments())) {
         ++stats_.planned;
+        uint64_t fragments = 0;
+        evaluation_.forEach([&fragments](const auto& step) {
+          fragments += std::is_same_v<std::decay_t<decltype(step)>, IncludeCall>;
+        });
+        tracePage(page.uri, open.getStatus(), "plan", fragments, plan->length, startNs);
         return true;
       }
       planKey.reset();  // parse this body; the plan stays for other requests
+      ++stats_.planMisses;
+    } else {
+      ++stats_.planMisses;
     }
   }
 
@@ -477,6 +528,8 @@ bool WorkerSession::handleOpen(uint32_t id, wire::Open::Reader open) {
   }
   StreamEntry& entry = streams_[id];
   entry.stream = std::move(stream);
+  entry.status = open.getStatus();
+  entry.openedNs = uv_hrtime();
   ++stats_.streams;
   ++stats_.activeStreams;
   if (planKey) {
@@ -615,10 +668,12 @@ bool WorkerSession::handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done
 bool WorkerSession::handleReplayed(wire::Replayed::Reader replayed) {
   auto zone = replayed.getZone();
   auto object = replayed.getObject();
+  auto uri = replayed.getUri();
   auto id = ObjectId::fromWire(
       std::string_view(reinterpret_cast<const char*>(object.begin()), object.size()));
-  if (!id || zone.size() == 0 || tooLong(zone, kMaxOpenFieldBytes)) {
-    violation("replayed: malformed object identity or plan zone");
+  if (!id || zone.size() == 0 || tooLong(zone, kMaxOpenFieldBytes) ||
+      tooLong(uri, kMaxOpenFieldBytes)) {
+    violation("replayed: malformed object identity, plan zone or uri");
     return false;
   }
   // The plan may be gone from the store by now (the worker's copy lives a
@@ -627,6 +682,9 @@ bool WorkerSession::handleReplayed(wire::Replayed::Reader replayed) {
   ++stats_.planned;
   ++stats_.replayed;
   if (replayed.getStitched()) ++stats_.stitched;
+  // The worker did it all: no fragments or bytes that esid saw, no time.
+  tracePage(std::string_view(uri.cStr(), uri.size()), replayed.getStatus(), "replay", 0, 0,
+            uv_hrtime());
   return true;
 }
 
@@ -699,9 +757,12 @@ bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
       break;
     }
   }
-  // The answer may come after a scan, by which time the worker may be gone.
-  purger_.purge(query, [self = weak_from_this(), id, query, order,
-                        options](const PurgeOutcome& outcome) {
+  // The answer may come after a scan, by which time the worker may be gone;
+  // the stats and the trace outlive every session.
+  const uint64_t startNs = uv_hrtime();
+  purger_.purge(query, [self = weak_from_this(), id, query, order, options, startNs,
+                        &stats = stats_, trace = trace_](const PurgeOutcome& outcome) {
+    notePurge(stats, trace, query, outcome, startNs);
     auto session = self.lock();
     if (!session) return;
     if (!outcome.files.empty()) session->onPurged_(outcome.files);
@@ -833,9 +894,31 @@ void WorkerSession::commitAnswer(uint32_t length) {
 void WorkerSession::violation(std::string_view reason) {
   if (stopped_) return;
   ++stats_.errors;
+  ++stats_.protocolErrors;
   spdlog::error("worker connection: {}; closing it", reason);
   shutdown();
   onFatal_(reason);
+}
+
+void WorkerSession::tracePage(std::string_view url, uint32_t status, std::string_view how,
+                              uint64_t fragments, uint64_t bytes, uint64_t sinceNs) {
+  if (trace_ == nullptr) return;
+  TraceEntry entry;
+  entry.url = url.substr(0, TraceRing::kMaxUrlBytes);
+  entry.status = status;
+  entry.how = how;
+  entry.fragments = fragments;
+  entry.bytes = bytes;
+  entry.micros = (uv_hrtime() - sinceNs) / 1000;
+  trace_->add(std::move(entry));
+}
+
+WorkerSession::RingUse WorkerSession::ringUse() {
+  RingUse use;
+  use.requests = queuedBytes(rings_.requests());
+  use.responses = queuedBytes(rings_.responses());
+  use.capacity = uint64_t{2} * rings_.ringSize();
+  return use;
 }
 
 }  // namespace esi

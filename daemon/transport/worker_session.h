@@ -24,6 +24,7 @@
 #include "plans/plan_store.h"
 #include "segments/segment_arena.h"
 #include "transport/purge_orders.h"
+#include "trace/trace_ring.h"
 #include "transport/shared_rings.h"
 #include "variants/purger.h"
 
@@ -65,6 +66,18 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // forgets what it keeps of them.
   void sendForget(const std::vector<Md5>& files);
 
+  // Where pages and purges are traced (esictl log); none by default.  Must
+  // outlive the session.
+  void setTrace(TraceRing* trace) { trace_ = trace; }
+
+  // Bytes waiting in the rings now, each way, and their size.
+  struct RingUse {
+    uint64_t requests = 0;
+    uint64_t responses = 0;
+    uint64_t capacity = 0;  // of both rings
+  };
+  RingUse ringUse();
+
  private:
   // The plan a stream records, once it ends.
   struct PlanKey {
@@ -76,6 +89,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
     uint64_t releasedSent = 0;
     std::optional<PlanKey> plan;
     int stitchLevel = 0;  // the plan's segments' deflate level; 0: none
+    uint32_t status = 0;  // for the trace
+    uint64_t openedNs = 0;
   };
 
   static void onPoll(uv_poll_t* handle, int status, int events);
@@ -104,6 +119,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // Publishes an answer written into the ring's reserved slot.
   void commitAnswer(uint32_t length);
   void violation(std::string_view reason);
+  void tracePage(std::string_view url, uint32_t status, std::string_view how,
+                 uint64_t fragments, uint64_t bytes, uint64_t sinceNs);
 
   const int socketFd_;
   Stats& stats_;
@@ -114,6 +131,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   FatalHandler onFatal_;
   PurgedHandler onPurged_;
   PurgeFeed feed_;
+  TraceRing* trace_ = nullptr;
   SharedRings rings_;
   // In a mapping of its own: retired to the arena when the session ends.
   std::unique_ptr<PinTable> pins_;

@@ -7,6 +7,18 @@
 
 namespace esi {
 
+const char* purgeKindName(PurgeQuery::Kind kind) {
+  switch (kind) {
+    case PurgeQuery::Kind::kKey:
+      return "exact";
+    case PurgeQuery::Kind::kKeyPrefix:
+      return "wildcard";
+    case PurgeQuery::Kind::kTag:
+      return "tag";
+  }
+  return "unknown";
+}
+
 Purger::~Purger() { close(); }
 
 void Purger::close() {
@@ -109,6 +121,7 @@ void Purger::startScan(const std::string& name, Zone& zone) {
   scan.zone = name;
   scan.path = zone.path;
   scan.tagHeaders = zone.tagHeaders;
+  scan.startNs = uv_hrtime();
   zone.index->beginScan();
   uv_queue_work(
       loop_, &scan.work,
@@ -129,7 +142,9 @@ void Purger::scanDone(const std::string& name, Zone& zone) {
   ScanResult& result = scan->result;
   ++zone.scansDone;
   zone.lastError = result.error;
+  scanSeconds_.observe(static_cast<double>(uv_hrtime() - scan->startNs) / 1e9);
   if (!result.complete) {
+    ++scansFailed_;
     spdlog::error("zone {}: scan of {} failed: {}", name, zone.path, result.error);
   } else {
     spdlog::info("zone {}: {} files indexed ({} unreadable)", name,

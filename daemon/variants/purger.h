@@ -17,6 +17,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "metrics/histogram.h"
 #include "variants/zone_index.h"
 #include "variants/zone_scan.h"
 
@@ -29,6 +30,9 @@ struct PurgeQuery {
   std::string value;
   bool soft = false;  // the files are marked stale and stay
 };
+
+// "exact", "wildcard", "tag": as metrics and the trace name a kind.
+const char* purgeKindName(PurgeQuery::Kind kind);
 
 struct PurgeOutcome {
   std::vector<Md5> files;
@@ -68,6 +72,9 @@ class Purger {
   void close();
 
   nlohmann::json zones() const;
+  // How long each scan of a zone's directory took, and how many failed.
+  const Histogram& scanSeconds() const { return scanSeconds_; }
+  uint64_t scansFailed() const { return scansFailed_; }
   // What the index holds for one key: its files, and whether it is sure.
   nlohmann::json variants(std::string_view zone, std::string_view key) const;
 
@@ -80,6 +87,7 @@ class Purger {
     std::vector<std::string> tagHeaders;
     ScanProgress progress;
     ScanResult result;
+    uint64_t startNs = 0;
   };
   struct Zone {
     std::string path;
@@ -100,6 +108,8 @@ class Purger {
 
   uv_loop_t* loop_;
   std::map<std::string, Zone, std::less<>> zones_;
+  Histogram scanSeconds_;
+  uint64_t scansFailed_ = 0;
 };
 
 }  // namespace esi
