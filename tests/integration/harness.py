@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
 # The tests import free_port, poll, STOP_BOUND and the rest from here.
 from esitest import (  # noqa: E402,F401
     NGINX, STOP_BOUND, DidNotStart, Process, fill, free_port, poll,
-    start_nginx, start_on_socket, worker_pids)
+    start_nginx, start_on_port, start_on_socket, worker_pids)
 from esitest import read_text as _read  # noqa: E402
 
 from origin import Origin  # noqa: E402
