@@ -17,6 +17,11 @@ reloads of that nginx (the keys_zones survive a reload), three arms:
           its latency between them and while a process spins on a core
   index   our module + another esid with the index on, after esid's first
           scan completed it (`esictl zones --json`)
+  pattern our module + a third esid with the index on: Magento's PURGE /
+          with an X-Magento-Tags-Pattern that is not its tag-list shape
+          (`^store,TAG$`, one key's own tag), which esid evaluates with RE2
+          over every object of the zone on its thread pool; the probe runs
+          as in the scan arm, with the same control (warm only)
   cache_purge
           Debian's ngx_cache_purge 2.3 (`proxy_cache_purge ZONE KEY` in a
           location of its own): latency and what it really removes (files
@@ -32,6 +37,9 @@ the machine's root file system has no journal and is mounted with
 reusing it, creating a million files takes many minutes, deleting 100k
 took six, and every other file creation on the machine slows for minutes
 after.
+
+Every generated object carries `X-Magento-Tags: store,TAG` (TAG its key
+with "/" made "_"), as a Magento page carries its tags.
 
 --smoke: 1k files in a plain directory, no loader wait, one purge each way
 with its count checked, no timing (part of `bench/run.sh --smoke`).
@@ -103,9 +111,15 @@ def variant_hash(main, value):
     return md5(main + VARY.lower() + b":" + value + b"\r\n")
 
 
+def tag_of(key):
+    """The key's own tag: b"/z10k/v/7" -> b"z10k_v_7"."""
+    return key.strip(b"/").replace(b"/", b"_")
+
+
 def cache_file(key, body, now, vary=b"", variant=b"\0" * 16):
     raw = (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
            b"Content-Length: %d\r\n" % len(body))
+    raw += b"X-Magento-Tags: store," + tag_of(key) + b"\r\n"
     if vary:
         raw += b"Vary: " + vary + b"\r\n"
     raw += b"Connection: close\r\n\r\n"
@@ -496,7 +510,7 @@ class Run:
         arm_http = ""
         purge = ""
         locations = []
-        if arm in ("scan", "index"):
+        if arm in OURS:
             arm_http = ("    esi_daemon unix:%s;\n    esi_purge_index %s;\n"
                         "    esi_purge_timeout 3600s;\n" % (
                             self.esids[arm][1],
@@ -541,7 +555,7 @@ class Run:
         (the scan arm comes back for its cold phase)."""
         if arm == self.arm:
             return
-        fresh = arm in ("scan", "index") and arm not in self.esids
+        fresh = arm in OURS and arm not in self.esids
         if fresh:
             self.start_esid(arm)
         t0 = time.monotonic()
@@ -558,7 +572,7 @@ class Run:
             self.reload(arm)
         self.arm = arm
         if fresh:
-            done, zs = self.wait_esid_scans(arm == "index")
+            done, zs = self.wait_esid_scans(arm != "scan")
             if arm == "index":
                 for z in self.zones:
                     z.stats["index_build_s"] = done[z.name]
@@ -665,8 +679,15 @@ class Run:
         if how == "cache_purge":
             ms, status, hdrs, _ = client.timed("GET", "/cp" + key)
             return ms, status, None
-        ms, status, hdrs, _ = client.timed("PURGE", key)
-        m = re.match(r"exact; count=(\d+)$",
+        if how == "pattern":
+            # Magento's request, in the key's zone's location
+            zone = key.split("/")[1]
+            pattern = "^store,%s$" % tag_of(key.encode()).decode()
+            ms, status, hdrs, _ = client.timed(
+                "PURGE", "/%s/" % zone, {"X-Magento-Tags-Pattern": pattern})
+        else:
+            ms, status, hdrs, _ = client.timed("PURGE", key)
+        m = re.match(r"(?:exact|pattern); count=(\d+)$",
                      hdrs.get("cache-purge-result", ""))
         return ms, status, int(m.group(1)) if m else None
 
@@ -675,7 +696,8 @@ class Run:
 
 def count_paths(text):
     """Purges of the zones' keys (not the check zone's) by path taken."""
-    lines = [l for l in text.splitlines() if ' purge of "/z' in l]
+    lines = [l for l in text.splitlines()
+             if ' purge of "/z' in l or ' purge of "^store,z' in l]
     return {"index": sum(", via variant index" in l for l in lines),
             "scan": sum(", zone directory read" in l for l in lines)}
 
@@ -705,7 +727,7 @@ def purge_series(run, client, zone, how, n, cold, gap=0.0, intervals=None):
             intervals.append(("scan", t0, t1))
         ms.append(took)
         done.append((key, status, count))
-        if how == "ours":
+        if how in ("ours", "pattern"):
             left = zone.on_disk(key)
             if status != 200 or count != 2 or left:
                 problems.append("%s: status %d, count %s, %d file(s) left" % (
@@ -748,40 +770,56 @@ def burn(seconds, n, gap, intervals):
         intervals.append(("burn", t0, time.perf_counter()))
 
 
-def scan_phase(run, client, zone, counts, cache):
-    """Purges that read the zone's directory, the probe running; after the
-    warm ones, as many stretches as long of a process spinning on a core
-    (the control: what any busy process does to the probe)."""
-    if cache == "warm":
-        zone.stats["resident"] = zone.resident()
+def probed_purges(run, zone, how, n, cold):
+    """n purges of `how` with the probe running; after warm ones, as many
+    stretches as long of a process spinning on a core (the control: what
+    any busy process does to the probe).  Returns (ms, problems, what the
+    probe saw)."""
     probe = Probe(run.port, zone.probe, run.args.probe_interval / 1000)
     intervals = []
+    client = Client(run.port)
     gc.disable()
     probe.start()
     try:
         time.sleep(0.3)
-        if cache == "warm":
-            ms, _, problems = purge_series(run, client, zone, "ours",
-                                           counts["warm_scans"], False,
+        if not cold:
+            ms, _, problems = purge_series(run, client, zone, how, n, False,
                                            gap=0.2, intervals=intervals)
             if ms and not run.args.smoke:
                 took = min(percentile(ms, 50) / 1000, 10.0)
-                burn(took, counts["warm_scans"], max(0.2, took), intervals)
+                burn(took, n, max(0.2, took), intervals)
         else:
-            ms, _, problems = purge_series(run, client, zone, "ours",
-                                           counts["cold_scans"], True,
+            ms, _, problems = purge_series(run, client, zone, how, n, True,
                                            intervals=intervals)
         time.sleep(0.3)
     finally:
         probe.stop()
         gc.enable()
+        client.close()
     by = classify(probe.samples, intervals)
+    return ms, problems, {
+        "during": by["scan"], "rest": by["rest"], "burn": by["burn"],
+        "errors": sum(1 for x in probe.samples if not x[2]),
+        "failures": probe.failures, "requests": len(probe.samples)}
+
+
+def scan_phase(run, client, zone, counts, cache):
+    """Purges that read the zone's directory, the probe running."""
+    if cache == "warm":
+        zone.stats["resident"] = zone.resident()
+    n = counts["warm_scans"] if cache == "warm" else counts["cold_scans"]
+    ms, problems, seen = probed_purges(run, zone, "ours", n, cache == "cold")
     return {("scan", cache): dict(summary(ms), problems=problems),
-            ("probe", cache): {
-                "during": by["scan"], "rest": by["rest"], "burn": by["burn"],
-                "errors": sum(1 for x in probe.samples if not x[2]),
-                "failures": probe.failures,
-                "requests": len(probe.samples)}}
+            ("probe", cache): seen}
+
+
+def pattern_phase(run, client, zone, counts, cache):
+    """Pattern purges over the zone's index (RE2 over every object), the
+    probe running, as in the scan arm."""
+    ms, problems, seen = probed_purges(run, zone, "pattern",
+                                       counts["patterns"], False)
+    return {("pattern", cache): dict(summary(ms), problems=problems),
+            ("probe", "pattern"): seen}
 
 
 def index_phase(run, client, zone, counts, cache):
@@ -956,10 +994,11 @@ class Filesystem:
 # -- results ---------------------------------------------------------------------------------
 
 ROWS = (("scan", "warm"), ("scan", "cold"), ("index", "warm"),
-        ("index", "absent"), ("index", "cold"), ("cache_purge", "warm"),
-        ("cache_purge", "cold"))
+        ("index", "absent"), ("index", "cold"), ("pattern", "warm"),
+        ("cache_purge", "warm"), ("cache_purge", "cold"))
 ARM_LABEL = {"scan": "ours, zone directory read (`esi_purge_index off`)",
              "index": "ours, variant index",
+             "pattern": "ours, tag pattern (RE2 over the variant index)",
              "cache_purge": "ngx_cache_purge 2.3"}
 
 
@@ -1064,16 +1103,16 @@ def markdown(args, info, zones, res, meta):
     table_head(L, "| files | at rest | during warm scans | during cold scans "
                "| while a process spins (control) | p99 during warm scans / "
                "at rest, / control | failed requests |", "rrrrrrr")
+    def cell(s):
+        if not s["n"]:
+            return "n/a"
+        return "%s / %s / %s (%d)" % (ms_(s["p50"]), ms_(s["p99"]),
+                                      ms_(s["max"]), s["n"])
+
     for z in zones:
         p = res[z.name].get("probe")
         if not p:
             continue
-
-        def cell(s):
-            if not s["n"]:
-                return "n/a"
-            return "%s / %s / %s (%d)" % (ms_(s["p50"]), ms_(s["p99"]),
-                                          ms_(s["max"]), s["n"])
         L.append("| %s | %s | %s | %s | %s | %s / %s | %d of %d |" % (
             "{:,}".format(z.files), cell(p["rest"]), cell(p["warm"]),
             cell(p["cold"]), cell(p["burn"]),
@@ -1081,6 +1120,20 @@ def markdown(args, info, zones, res, meta):
             ratio_(p["warm"]["p99"], p["burn"]["p99"]), p["errors"],
             p["requests"]))
     L.append("")
+    patterned = [(z, res[z.name][("probe", "pattern")]) for z in zones
+                 if ("probe", "pattern") in res[z.name]]
+    if patterned:
+        L.append("The same probe during the pattern arm's purges (RE2 over "
+                 "the index), milliseconds p50 / p99 / max (samples):")
+        L.append("")
+        table_head(L, "| files | at rest | during pattern purges | while a "
+                   "process spins (control) | failed requests |", "rrrrr")
+        for z, p in patterned:
+            L.append("| %s | %s | %s | %s | %d of %d |" % (
+                "{:,}".format(z.files), cell(summary(p["rest"])),
+                cell(summary(p["during"])), cell(summary(p["burn"])),
+                p["errors"], p["requests"]))
+        L.append("")
     L.append("### What ngx_cache_purge 2.3 removed")
     L.append("")
     table_head(L, "| files | purges | answered 200 | Vary files on disk "
@@ -1211,14 +1264,17 @@ def write_samples(path, zones, res):
 # -- main --------------------------------------------------------------------------------------
 
 ARMS = {"scan": scan_phase, "index": index_phase,
-        "cache_purge": cache_purge_phase}
+        "pattern": pattern_phase, "cache_purge": cache_purge_phase}
+# The arms of our module, each with an esid of its own.
+OURS = ("scan", "index", "pattern")
 
 # Warm first, while nothing has emptied the page cache; then cold, each
 # purge after a drop.  The index arm's cold phase follows its warm one
 # (leaving the index arm loses esid's index), and the scan arm comes back
 # last (its esid is kept, so coming back reads no directory).
 PHASES = (("scan", "warm"), ("cache_purge", "warm"), ("index", "warm"),
-          ("index", "cold"), ("cache_purge", "cold"), ("scan", "cold"))
+          ("index", "cold"), ("pattern", "warm"), ("cache_purge", "cold"),
+          ("scan", "cold"))
 
 
 def run_phase(run, arm, cache, zones, res, meta):
@@ -1249,10 +1305,10 @@ def run_phase(run, arm, cache, zones, res, meta):
             a = r["index", "absent"]
             parts.append("of a key not cached p50 %s ms, p99 %s ms (%d)" % (
                 ms_(a["p50"]), ms_(a["p99"]), a["n"]))
-        pr = r.get(("probe", cache))
+        pr = r.get(("probe", "pattern" if arm == "pattern" else cache))
         if pr:
             d, rest = summary(pr["during"]), summary(pr["rest"])
-            parts.append("probe p50/p99 during the scans %s/%s ms, between "
+            parts.append("probe p50/p99 during the purges %s/%s ms, between "
                          "them %s/%s ms" % (ms_(d["p50"]), ms_(d["p99"]),
                                             ms_(rest["p50"]),
                                             ms_(rest["p99"])))
@@ -1279,7 +1335,7 @@ def run_phase(run, arm, cache, zones, res, meta):
     if arm == "scan" and paths["index"]:
         problems.append("scan arm: %d purge(s) answered via the index with "
                         "esi_purge_index off" % paths["index"])
-    if arm == "index" and paths["scan"]:
+    if arm in ("index", "pattern") and paths["scan"]:
         problems.append("index arm: %d purge(s) read the zone's directory "
                         "although the index was complete" % paths["scan"])
     return problems
@@ -1291,18 +1347,18 @@ def counts_for(files, smoke):
     here): the counts keep the run in minutes."""
     if smoke:
         return {"warm_scans": 1, "cold_scans": 0, "index": 1, "cold": 0,
-                "absent": 1}
+                "absent": 1, "patterns": 1}
     if files >= 1000000:
         return {"warm_scans": 3, "cold_scans": 1, "index": 200, "cold": 10,
-                "absent": 50}
+                "absent": 50, "patterns": 20}
     if files >= 100000:
         return {"warm_scans": 10, "cold_scans": 2, "index": 200, "cold": 10,
-                "absent": 50}
+                "absent": 50, "patterns": 20}
     if files < 10000:
         return {"warm_scans": 5, "cold_scans": 2, "index": 20, "cold": 5,
-                "absent": 10}
+                "absent": 10, "patterns": 5}
     return {"warm_scans": 20, "cold_scans": 3, "index": 200, "cold": 10,
-                "absent": 50}
+                "absent": 50, "patterns": 20}
 
 
 def cold_possible():
@@ -1331,7 +1387,7 @@ def main():
                    help="ms between the probe's requests")
     p.add_argument("--gen-jobs", type=int, default=2)
     p.add_argument("--no-cold", action="store_true")
-    p.add_argument("--arms", default="scan,index,cache_purge",
+    p.add_argument("--arms", default="scan,index,pattern,cache_purge",
                    help="which arms to measure (the order of the phases is "
                    "fixed)")
     p.add_argument("--no-mount", action="store_true",
@@ -1446,8 +1502,8 @@ def measure_group(args, labels, problems):
         zones = [Zone(s, SIZES[s], root) for s in labels]
         for z in zones:
             c = counts_for(z.files, args.smoke)
-            if c["warm_scans"] + c["cold_scans"] + 2 * (c["index"] +
-                                                        c["cold"]) > z.vary:
+            if c["warm_scans"] + c["cold_scans"] + c["patterns"] + 2 * (
+                    c["index"] + c["cold"]) > z.vary:
                 raise RuntimeError("%s: too few Vary'd keys" % z.name)
         for z in zones:
             z.generate(args.gen_jobs if z.files >= 100000 else 1)

@@ -121,6 +121,16 @@
 #define NGX_HTTP_ESI_PURGE_PREFIX      1
 #define NGX_HTTP_ESI_PURGE_TAG         2
 #define NGX_HTTP_ESI_PURGE_ALL         3    /* every object of the zone */
+#define NGX_HTTP_ESI_PURGE_PATTERN     4    /* a tag pattern esid evaluates */
+
+/*
+ * the most tag bytes a report carries (Stored.tags, as esid takes them):
+ * as much as a cache file's header, addressed with 16-bit offsets, holds
+ */
+#define NGX_HTTP_ESI_PURGE_TAGS_MAX    (64 * 1024)
+
+/* the longest tag pattern esid takes (Purge.tagPattern) */
+#define NGX_HTTP_ESI_PURGE_PATTERN_MAX (64 * 1024)
 
 /* esi_cache_purge_response_type */
 #define NGX_HTTP_ESI_PURGE_HTML        0
@@ -135,7 +145,8 @@
  */
 #define ngx_http_esi_purge_found(p)                                           \
     ((p)->count || (p)->kind == NGX_HTTP_ESI_PURGE_TAG                        \
-     || (p)->kind == NGX_HTTP_ESI_PURGE_ALL)
+     || (p)->kind == NGX_HTTP_ESI_PURGE_ALL                                   \
+     || (p)->kind == NGX_HTTP_ESI_PURGE_PATTERN)
 #define ngx_http_esi_purge_status(p)                                          \
     ((p)->failed ? NGX_HTTP_INTERNAL_SERVER_ERROR                             \
      : ngx_http_esi_purge_found(p) ? NGX_HTTP_OK : (p)->miss)
@@ -428,8 +439,11 @@ typedef struct {
     ngx_shm_zone_t            *zone;
     ngx_http_file_cache_t     *cache;
     ngx_uint_t                 kind;
-    ngx_str_t                  key;         /* the key, prefix or tags */
+    ngx_str_t                  key;         /* the key, prefix, tags or
+                                               pattern */
     ngx_array_t               *tags;        /* of ngx_str_t */
+    ngx_str_t                  pattern;     /* X-Magento-Tags-Pattern that
+                                               esid evaluates */
     ngx_uint_t                 next_tag;
     u_char                    *name;        /* a cache file's path */
     size_t                     name_len;

@@ -26,6 +26,8 @@ static ngx_uint_t ngx_http_esi_purge_soft_header(ngx_table_elt_t *h);
 static ngx_int_t ngx_http_esi_purge_pattern(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p, ngx_str_t *pattern);
 static void ngx_http_esi_purge_failed(ngx_http_esi_purge_t *p);
+static ngx_int_t ngx_http_esi_purge_magento(ngx_str_t *pattern,
+    ngx_array_t *tags);
 static ngx_int_t ngx_http_esi_purge_send(ngx_http_esi_purge_t *p);
 static ngx_uint_t ngx_http_esi_purge_file(ngx_http_esi_purge_t *p,
     const u_char *key);
@@ -70,13 +72,14 @@ static ngx_str_t  ngx_http_esi_purge_types[] = {
 };
 
 
-/* Cache-Purge-Result's first word, by NGX_HTTP_ESI_PURGE_KEY ... _ALL */
+/* Cache-Purge-Result's first word, by NGX_HTTP_ESI_PURGE_KEY ... _PATTERN */
 
 static ngx_str_t  ngx_http_esi_purge_kinds[] = {
     ngx_string("exact"),
     ngx_string("wildcard"),
     ngx_string("tag"),
-    ngx_string("all")
+    ngx_string("all"),
+    ngx_string("pattern")
 };
 
 
@@ -145,7 +148,13 @@ ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
             p->error.len = 0;
         }
 
-        ngx_http_esi_purge_done(p, NGX_HTTP_SERVICE_UNAVAILABLE, NULL);
+        /* invalid: the purge's own fault, a pattern RE2 refuses */
+
+        ngx_http_esi_purge_done(p,
+                           esi_wire_bool(&purged, ESI_WIRE_PURGED_INVALID_BIT)
+                           ? NGX_HTTP_BAD_REQUEST
+                           : NGX_HTTP_SERVICE_UNAVAILABLE,
+                           NULL);
         return NGX_OK;
     }
 
@@ -255,16 +264,7 @@ ngx_http_esi_purge_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (rc == NGX_DECLINED) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "esi: a tag pattern other than Magento's "
-                      "\"((^|,)TAG(,|$))|...\" or \".*\" is not evaluated");
-        return NGX_HTTP_NOT_IMPLEMENTED;
-    }
-
     if (rc == NGX_ABORT) {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "esi: a purge by tag names no tag");
         return NGX_HTTP_BAD_REQUEST;
     }
 
@@ -418,6 +418,11 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
         ptr = ESI_WIRE_PURGE_TAG_PTR;
         break;
 
+    case ESI_WIRE_PURGE_TAG_PATTERN_WHICH:
+        p->kind = NGX_HTTP_ESI_PURGE_PATTERN;
+        ptr = ESI_WIRE_PURGE_TAG_PATTERN_PTR;
+        break;
+
     case ESI_WIRE_PURGE_KEY_WHICH:
         p->kind = NGX_HTTP_ESI_PURGE_KEY;
         ptr = ESI_WIRE_PURGE_KEY_PTR;
@@ -497,8 +502,8 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
  * xkey-purge and xkey-softpurge as FOSHttpCache sends them.
  * X-Magento-Tags-Pattern is a pattern of tags.  xkey-softpurge,
  * Fastly-Soft-Purge: 1 and X-Magento-Purge-Soft: 1 make the purge soft.
- * NGX_DECLINED: a pattern this module does not evaluate; NGX_ABORT: a tag
- * header with no tag in it.
+ * NGX_ABORT, logged: a purge that cannot be carried out as asked (a tag
+ * header with no tag in it, a pattern that cannot be sent).
  */
 
 static ngx_int_t
@@ -591,8 +596,23 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
     }
 
     if (p->kind == NGX_HTTP_ESI_PURGE_TAG && p->tags->nelts == 0) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "esi: a purge by tag names no tag");
         return NGX_ABORT;
     }
+
+    if (p->pattern.data == NULL || p->kind == NGX_HTTP_ESI_PURGE_ALL) {
+        return NGX_OK;
+    }
+
+    if (p->tags) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "esi: a tag pattern is refused beside tags to purge");
+        return NGX_ABORT;
+    }
+
+    p->kind = NGX_HTTP_ESI_PURGE_PATTERN;
+    p->key = p->pattern;
 
     return NGX_OK;
 }
@@ -613,22 +633,17 @@ ngx_http_esi_purge_soft_header(ngx_table_elt_t *h)
 
 
 /*
- * X-Magento-Tags-Pattern as Magento 2 sends it: "((^|,)TAG(,|$))" per tag,
- * joined with "|" (a regular expression its VCL matches against an
- * object's comma-joined X-Magento-Tags), so a set of tags purged each by
- * the index; ".*", its flush, is every object.  NGX_DECLINED: any other
- * pattern.
+ * X-Magento-Tags-Pattern, a regular expression Magento's VCL matches
+ * against an object's comma-joined X-Magento-Tags.  As Magento 2 sends it,
+ * "((^|,)TAG(,|$))" per tag joined with "|", it is a set of tags purged
+ * each by the index; ".*", its flush, is every object; any other pattern
+ * goes to esid as it is (p->pattern), which evaluates it with RE2.
  */
 
 static ngx_int_t
 ngx_http_esi_purge_pattern(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
     ngx_str_t *pattern)
 {
-    u_char     *s, *e, *end;
-    ngx_str_t  *tag;
-
-    static u_char  open[] = "((^|,)", close[] = "(,|$))";
-
     if (pattern->len == 2 && pattern->data[0] == '.' && pattern->data[1] == '*')
     {
         if (p->kind != NGX_HTTP_ESI_PURGE_TAG) {
@@ -637,6 +652,60 @@ ngx_http_esi_purge_pattern(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
 
         return NGX_OK;
     }
+
+    if (ngx_http_esi_purge_magento(pattern, NULL) == NGX_OK) {
+        if (p->tags == NULL) {
+            p->tags = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
+            if (p->tags == NULL) {
+                return NGX_ERROR;
+            }
+
+            p->key = *pattern;
+        }
+
+        p->kind = NGX_HTTP_ESI_PURGE_TAG;
+
+        return ngx_http_esi_purge_magento(pattern, p->tags);
+    }
+
+    if (pattern->len == 0) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "esi: an empty tag pattern is refused");
+        return NGX_ABORT;
+    }
+
+    if (pattern->len > NGX_HTTP_ESI_PURGE_PATTERN_MAX) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "esi: a tag pattern of %uz bytes is refused, "
+                      "the longest is %d", pattern->len,
+                      NGX_HTTP_ESI_PURGE_PATTERN_MAX);
+        return NGX_ABORT;
+    }
+
+    if (p->pattern.data) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "esi: a purge with two tag patterns is refused");
+        return NGX_ABORT;
+    }
+
+    p->pattern = *pattern;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Whether the pattern is Magento's "((^|,)TAG(,|$))|...": NGX_DECLINED if
+ * not; if so and tags is not NULL, its tags are added to tags.
+ */
+
+static ngx_int_t
+ngx_http_esi_purge_magento(ngx_str_t *pattern, ngx_array_t *tags)
+{
+    u_char     *s, *e, *end;
+    ngx_str_t  *tag;
+
+    static u_char  open[] = "((^|,)", close[] = "(,|$))";
 
     s = pattern->data;
     end = s + pattern->len;
@@ -665,37 +734,26 @@ ngx_http_esi_purge_pattern(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
             return NGX_DECLINED;
         }
 
-        if (p->tags == NULL) {
-            p->tags = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
-            if (p->tags == NULL) {
+        if (tags) {
+            tag = ngx_array_push(tags);
+            if (tag == NULL) {
                 return NGX_ERROR;
             }
 
-            p->key = *pattern;
+            tag->data = s;
+            tag->len = e - s;
         }
-
-        tag = ngx_array_push(p->tags);
-        if (tag == NULL) {
-            return NGX_ERROR;
-        }
-
-        tag->data = s;
-        tag->len = e - s;
 
         s = e + sizeof(close) - 1;
 
         if (s == end) {
-            break;
+            return NGX_OK;
         }
 
         if (*s++ != '|') {
             return NGX_DECLINED;
         }
     }
-
-    p->kind = NGX_HTTP_ESI_PURGE_TAG;
-
-    return NGX_OK;
 }
 
 
@@ -730,6 +788,12 @@ ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
         ptr = ESI_WIRE_PURGE_TAG_PTR;
         tag = p->tags->elts;
         value = &tag[p->next_tag++];
+        break;
+
+    case NGX_HTTP_ESI_PURGE_PATTERN:
+        which = ESI_WIRE_PURGE_TAG_PATTERN_WHICH;
+        ptr = ESI_WIRE_PURGE_TAG_PATTERN_PTR;
+        value = &p->key;
         break;
 
     default: /* NGX_HTTP_ESI_PURGE_KEY */
@@ -1078,7 +1142,9 @@ ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 
     r->headers_out.status = p->status;
 
-    if (p->status != NGX_HTTP_SERVICE_UNAVAILABLE) {
+    if (p->status != NGX_HTTP_SERVICE_UNAVAILABLE
+        && p->status != NGX_HTTP_BAD_REQUEST)
+    {
         h = ngx_list_push(&r->headers_out.headers);
         if (h == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -1172,11 +1238,13 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
 
     what = p->kind == NGX_HTTP_ESI_PURGE_TAG ? "Tag"
            : p->kind == NGX_HTTP_ESI_PURGE_PREFIX ? "Prefix"
+           : p->kind == NGX_HTTP_ESI_PURGE_PATTERN ? "Pattern"
            : "Key";
 
     status = p->status == NGX_HTTP_OK ? "purged"
              : p->status == p->miss ? "not cached"
              : p->failed ? "failed"
+             : p->status == NGX_HTTP_BAD_REQUEST ? "refused"
              : "unavailable";
 
     if (type == NGX_HTTP_ESI_PURGE_JSON) {
@@ -1293,6 +1361,11 @@ ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
                           "</head><body><h1>Purge failed</h1>",
                           sizeof("<html><head><title>Purge failed</title>"
                                  "</head><body><h1>Purge failed</h1>") - 1);
+    case NGX_HTTP_BAD_REQUEST:
+        last = ngx_cpymem(last, "<html><head><title>Purge refused</title>"
+                          "</head><body><h1>Purge refused</h1>",
+                          sizeof("<html><head><title>Purge refused</title>"
+                                 "</head><body><h1>Purge refused</h1>") - 1);
         break;
 
     default:

@@ -330,6 +330,24 @@ ngx_http_esi_purge_index_object(ngx_http_request_t *r, ngx_pool_t *pool,
         }
     }
 
+    if (tags.len > NGX_HTTP_ESI_PURGE_TAGS_MAX) {
+
+        /* the whole tags that fit; esid would refuse the report */
+
+        for (len = NGX_HTTP_ESI_PURGE_TAGS_MAX;
+             len && tags.data[len] != ' ';
+             len--)
+        {
+            /* void */
+        }
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "esi: \"%V\" has %uz bytes of tags, esid indexes "
+                      "the first %uz", &key, tags.len, len);
+
+        tags.len = len;
+    }
+
     if (ngx_http_esi_purge_index_file(r, pool, name, &key, c->key, &tags)
         != NGX_OK)
     {

@@ -18,7 +18,7 @@ packages=(
     clang libclang-rt-14-dev llvm-14
     systemd
     debhelper dpkg-dev lintian rpm wrk nghttp2-client openssl
-    redis-server fcgiwrap libhiredis-dev
+    redis-server fcgiwrap libhiredis-dev uwsgi-core uwsgi-plugin-python3
     python3-prometheus-client
 )
 

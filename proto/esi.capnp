@@ -4,7 +4,7 @@ $Cxx.namespace("esi::wire");
 # The only definition of every message between the NGINX connector and esid.
 # Framing, ring layout and failure rules: proto/README.md.
 
-const protocolVersion :UInt32 = 6;
+const protocolVersion :UInt32 = 7;
 
 # --- Unix socket ----------------------------------------------------------
 
@@ -110,6 +110,10 @@ struct Purge {
     # Wildcard: every key starting with this.
     tag @3 :Text;
     # Every object carrying this Surrogate-Key or xkey tag.
+    tagPattern @5 :Text;
+    # Every object whose tags, joined with commas in the order they were
+    # stored, this RE2 pattern finds anywhere (RE2::PartialMatch: Varnish's
+    # `obj.http.X-Magento-Tags ~ pattern`).  At most 64 KiB.
   }
   soft @4 :Bool;
   # A soft purge: the files are marked stale, not removed (the worker
@@ -205,6 +209,9 @@ struct Purged {
   # in esid's queue for Redis to come back, "refused" when it cannot go on
   # the stream (a zone or key outside the fleet's limits).  The same in
   # every Purged of one purge.
+  invalid @5 :Bool;
+  # With error: the purge itself is at fault (a pattern RE2 refuses), not
+  # esid; the worker answers 400 instead of 503.
 }
 
 struct Plan {

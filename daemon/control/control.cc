@@ -151,11 +151,11 @@ void Control::fleet(std::string_view args, const ControlAnswerFn& answer) {
     spdlog::info("control: fleet purge {}", rest);
     purge(rest, true, answer);
   } else {
-    answer({false, "usage: fleet | fleet acks UID | fleet purge ZONE key|prefix|tag VALUE"});
+    answer({false, "usage: fleet | fleet acks UID | fleet purge ZONE key|prefix|tag|pattern VALUE"});
   }
 }
 
-// "purge ZONE key|prefix|tag VALUE": VALUE is the rest of the line.
+// "purge ZONE key|prefix|tag|pattern VALUE": VALUE is the rest of the line.
 void Control::purge(std::string_view args, bool askAcks, const ControlAnswerFn& answer) {
   const auto [zone, rest] = firstWord(args);
   const auto [kind, value] = firstWord(rest);
@@ -166,12 +166,14 @@ void Control::purge(std::string_view args, bool askAcks, const ControlAnswerFn& 
     query.kind = PurgeQuery::Kind::kKeyPrefix;
   } else if (kind == "tag") {
     query.kind = PurgeQuery::Kind::kTag;
+  } else if (kind == "pattern") {
+    query.kind = PurgeQuery::Kind::kTagPattern;
   } else {
-    answer({false, "usage: purge ZONE key|prefix|tag VALUE"});
+    answer({false, "usage: purge ZONE key|prefix|tag|pattern VALUE"});
     return;
   }
   if (zone.empty() || (value.empty() && query.kind != PurgeQuery::Kind::kKeyPrefix)) {
-    answer({false, "usage: purge ZONE key|prefix|tag VALUE"});
+    answer({false, "usage: purge ZONE key|prefix|tag|pattern VALUE"});
     return;
   }
   query.zone = zone;

@@ -114,7 +114,7 @@ void labelled(Exposition& out, const Stats& s, uint64_t scansFailed) {
               "Purges answered, by kind, soft or hard, and by path: the variant index alone, or "
               "a read of the zone's directory.");
   constexpr std::array kKinds{PurgeQuery::Kind::kKey, PurgeQuery::Kind::kKeyPrefix,
-                              PurgeQuery::Kind::kTag};
+                              PurgeQuery::Kind::kTag, PurgeQuery::Kind::kTagPattern};
   static_assert(kKinds.size() == Stats::kPurgeKinds);
   for (const PurgeQuery::Kind kind : kKinds) {
     for (size_t soft = 0; soft < 2; ++soft) {

@@ -37,9 +37,9 @@ struct Stats {
   uint64_t protocolErrors = 0;     // of errors: workers' protocol violations
   uint64_t purgeErrors = 0;        // purges esid could not answer
 
-  // Purges answered, by kind (exact, wildcard, tag), soft or not, and
+  // Purges answered, by kind (exact, wildcard, tag, pattern), soft or not, and
   // whether the zone's directory was read.
-  static constexpr size_t kPurgeKinds = 3;
+  static constexpr size_t kPurgeKinds = 4;
   std::array<std::array<std::array<uint64_t, 2>, 2>, kPurgeKinds> purges{};
   // From a worker's purge request to esid's answer.
   Histogram purgeSeconds;

@@ -515,8 +515,8 @@ class ScanProgressBar {
   bool drawn_ = false;
 };
 
-// Has a live NGINX worker purge a key (with every Vary variant), a prefix or
-// a tag, exactly as an HTTP purge would: esid relays the order.
+// Has a live NGINX worker purge a key (with every Vary variant), a prefix, a
+// tag or a tag pattern, exactly as an HTTP purge would: esid relays the order.
 // With fleet, says what became of the purge in esid's fleet; with wait > 0,
 // then prints each node's count as it applies it, until every node seen
 // recently has, or wait seconds pass (exit 1, naming the nodes missing).
@@ -530,7 +530,9 @@ int purge(const std::string& socketPath, const std::string& zone, const std::str
     std::printf("%s\n", body.dump().c_str());
     return 0;
   }
-  const char* what = kind == "key" ? "exact" : kind == "prefix" ? "wildcard" : "tag";
+  const char* what = kind == "key"      ? "exact"
+                     : kind == "prefix" ? "wildcard"
+                                        : kind.c_str();  // tag, pattern
   std::printf("%s purge of \"%s\" in %s: %llu file(s) removed, %s\n", what, value.c_str(),
               zone.c_str(), body["count"].get<unsigned long long>(),
               body["scanned"].get<bool>() ? "zone directory read" : "via variant index");
@@ -717,17 +719,25 @@ int main(int argc, char** argv) try {
   plansCommand->add_option("zone", plansZone, "esi_plan_zone name");
   plansCommand->add_flag("--json", plansJson, "Print one JSON object");
   auto* purgeCommand = app.add_subcommand(
-      "purge", "Purge a key and every Vary variant of it (or a prefix, or a tag) through NGINX");
+      "purge",
+      "Purge a key and every Vary variant of it (or a prefix, a tag, a tag pattern) through NGINX");
   std::string purgeZone, purgeValue;
-  bool purgePrefix = false, purgeTag = false, purgeJson = false;
+  bool purgePrefix = false, purgeTag = false, purgePattern = false, purgeJson = false;
   purgeCommand->add_option("zone", purgeZone, "proxy_cache zone name")->required();
   purgeCommand->add_option("key", purgeValue, "cache key, as proxy_cache_key makes it (or the "
-                                              "prefix, or the tag)")
+                                              "prefix, the tag, the pattern)")
       ->required();
   auto* prefixFlag = purgeCommand->add_flag("--prefix", purgePrefix,
                                             "Purge every key starting with KEY");
-  purgeCommand->add_flag("--tag", purgeTag, "Purge every object tagged KEY (Surrogate-Key, xkey)")
-      ->excludes(prefixFlag);
+  auto* tagFlag =
+      purgeCommand->add_flag("--tag", purgeTag, "Purge every object tagged KEY (Surrogate-Key, xkey)")
+          ->excludes(prefixFlag);
+  purgeCommand
+      ->add_flag("--pattern", purgePattern,
+                 "Purge every object whose tags, joined with commas, the RE2 pattern KEY finds "
+                 "(as X-Magento-Tags-Pattern)")
+      ->excludes(prefixFlag)
+      ->excludes(tagFlag);
   purgeCommand->add_flag("--json", purgeJson, "Print one JSON object");
   bool purgeFleet = false;
   double purgeWait = 0;
@@ -758,8 +768,8 @@ int main(int argc, char** argv) try {
   if (*variantsCommand) return variants(socketPath, variantsZone, variantsKey, variantsJson);
   if (*plansCommand) return plans(socketPath, plansZone, plansJson);
   if (*purgeCommand) {
-    return purge(socketPath, purgeZone, purgeTag ? "tag" : purgePrefix ? "prefix" : "key",
-                 purgeValue, purgeJson, purgeFleet, purgeWait);
+    const char* kind = purgePattern ? "pattern" : purgeTag ? "tag" : purgePrefix ? "prefix" : "key";
+    return purge(socketPath, purgeZone, kind, purgeValue, purgeJson, purgeFleet, purgeWait);
   }
   if (*fleetCommand) return fleet(socketPath, fleetJson);
   if (*logCommand) return traceLog(socketPath, logPrefix, logStatus, logDump, logJson);

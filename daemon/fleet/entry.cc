@@ -15,18 +15,6 @@ std::optional<uint64_t> parseNumber(std::string_view text) {
   return value;
 }
 
-std::string_view kindName(PurgeQuery::Kind kind) {
-  switch (kind) {
-    case PurgeQuery::Kind::kKey:
-      return "key";
-    case PurgeQuery::Kind::kKeyPrefix:
-      return "prefix";
-    case PurgeQuery::Kind::kTag:
-      return "tag";
-  }
-  return "key";
-}
-
 // Printable ASCII without spaces: what NGINX takes as a zone name.
 bool plainName(std::string_view name, size_t limit) {
   if (name.empty() || name.size() > limit) return false;
@@ -47,6 +35,20 @@ std::optional<StreamId> StreamId::parse(std::string_view text) {
   return StreamId{*ms, *seq};
 }
 
+std::string_view purgeKindName(PurgeQuery::Kind kind) {
+  switch (kind) {
+    case PurgeQuery::Kind::kKey:
+      return "key";
+    case PurgeQuery::Kind::kKeyPrefix:
+      return "prefix";
+    case PurgeQuery::Kind::kTag:
+      return "tag";
+    case PurgeQuery::Kind::kTagPattern:
+      return "pattern";
+  }
+  return "key";
+}
+
 std::string StreamId::text() const { return std::to_string(ms) + "-" + std::to_string(seq); }
 
 bool validNodeName(std::string_view name) {
@@ -64,7 +66,7 @@ std::vector<std::pair<std::string, std::string>> encodeEntry(const FleetEntry& e
       {"v", std::string(kVersion)},
       {"node", entry.node},
       {"zone", entry.query.zone},
-      {"kind", std::string(kindName(entry.query.kind))},
+      {"kind", std::string(purgeKindName(entry.query.kind))},
       {"value", entry.query.value},
       {"uid", entry.uid}};
   if (entry.askAcks) fields.emplace_back("ack", "1");
@@ -78,7 +80,7 @@ std::string checkEntry(const FleetEntry& entry) {
   if (entry.query.value.size() > kMaxEntryValueBytes) return "value over 64 KiB";
   if (entry.query.value.find('\0') != std::string::npos) return "value holds a NUL byte";
   if (entry.query.value.empty() && entry.query.kind != PurgeQuery::Kind::kKeyPrefix) {
-    return "empty key or tag";
+    return "empty key, tag or pattern";
   }
   if (entry.uid.size() > kMaxUidBytes || !plainName(entry.uid, kMaxUidBytes)) return "bad uid";
   return {};
@@ -122,6 +124,8 @@ std::optional<FleetEntry> decodeEntry(
     entry.query.kind = PurgeQuery::Kind::kKeyPrefix;
   } else if (*kind == "tag") {
     entry.query.kind = PurgeQuery::Kind::kTag;
+  } else if (*kind == "pattern") {
+    entry.query.kind = PurgeQuery::Kind::kTagPattern;
   } else {
     *why = "unknown kind \"" + std::string(kind->substr(0, 64)) + "\"";
     return std::nullopt;

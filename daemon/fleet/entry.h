@@ -58,6 +58,9 @@ std::optional<FleetEntry> decodeEntry(
 // decodeEntry makes, so that a node never publishes what others refuse).
 std::string checkEntry(const FleetEntry& entry);
 
+// An entry's kind field: key, prefix, tag or pattern.
+std::string_view purgeKindName(PurgeQuery::Kind kind);
+
 // A node name: 1 to 255 bytes of letters, digits and ".-_:".
 bool validNodeName(std::string_view name);
 

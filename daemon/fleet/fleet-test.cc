@@ -33,7 +33,8 @@ std::optional<FleetEntry> roundTrip(const FleetEntry& e, std::string* why) {
 }
 
 TEST(FleetEntry, EveryKindSurvivesTheStream) {
-  for (const auto kind : {PurgeQuery::Kind::kKey, PurgeQuery::Kind::kKeyPrefix, PurgeQuery::Kind::kTag}) {
+  for (const auto kind : {PurgeQuery::Kind::kKey, PurgeQuery::Kind::kKeyPrefix,
+                          PurgeQuery::Kind::kTag, PurgeQuery::Kind::kTagPattern}) {
     FleetEntry e = entry("pages", kind, "/shop/item?id=1 2");
     e.askAcks = kind == PurgeQuery::Kind::kTag;
     std::string why;
@@ -71,6 +72,7 @@ TEST(FleetEntry, AnEmptyPrefixIsAWholeZoneButAnEmptyKeyOrTagIsRefused) {
   EXPECT_TRUE(roundTrip(entry("pages", PurgeQuery::Kind::kKeyPrefix, ""), &why));
   EXPECT_FALSE(roundTrip(entry("pages", PurgeQuery::Kind::kKey, ""), &why));
   EXPECT_FALSE(roundTrip(entry("pages", PurgeQuery::Kind::kTag, ""), &why));
+  EXPECT_FALSE(roundTrip(entry("pages", PurgeQuery::Kind::kTagPattern, ""), &why));
 }
 
 TEST(FleetEntry, EntriesThatAreNotPurgesAreRefusedWhole) {

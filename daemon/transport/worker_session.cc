@@ -278,6 +278,9 @@ bool WorkerSession::takePurgeOrder(uint32_t order, const PurgeQuery& query,
     case PurgeQuery::Kind::kTag:
       purge.setTag(query.value);
       break;
+    case PurgeQuery::Kind::kTagPattern:
+      purge.setTagPattern(query.value);
+      break;
   }
   send(message);
   if (stopped_) {
@@ -736,6 +739,10 @@ bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
       query.kind = PurgeQuery::Kind::kTag;
       value = purge.getTag();
       break;
+    case wire::Purge::TAG_PATTERN:
+      query.kind = PurgeQuery::Kind::kTagPattern;
+      value = purge.getTagPattern();
+      break;
     default:
       violation("purge of an unknown kind");
       return false;
@@ -767,7 +774,8 @@ bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
     if (!session) return;
     if (!outcome.files.empty()) session->onPurged_(outcome.files);
     FleetNote note;
-    if (session->feed_ && !options.fromFleet) note = session->feed_(query, outcome, options.askAcks);
+    // A query refused as malformed would be refused on every node.
+    if (session->feed_ && !options.fromFleet && !outcome.invalid) note = session->feed_(query, outcome, options.askAcks);
     if (order) {
       for (HeldOrder& held : session->heldOrders_) {
         if (held.order == *order) held.note = note;
@@ -795,6 +803,7 @@ void WorkerSession::sendPurged(uint32_t id, const PurgeOutcome& outcome,
     }
     body.setScanned(outcome.scanned);
     body.setError(outcome.error);
+    body.setInvalid(outcome.invalid);
     body.setFleet(fleet);
     next += count;
     body.setMore(next < outcome.files.size());

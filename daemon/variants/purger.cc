@@ -1,9 +1,12 @@
 #include "variants/purger.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "variants/tag_pattern.h"
 
 namespace esi {
 
@@ -15,9 +18,19 @@ const char* purgeKindName(PurgeQuery::Kind kind) {
       return "wildcard";
     case PurgeQuery::Kind::kTag:
       return "tag";
+    case PurgeQuery::Kind::kTagPattern:
+      return "pattern";
   }
   return "unknown";
 }
+
+namespace {
+
+// Reports held while a pattern's match reads the index; past this the
+// zone is doubted instead, as when a worker loses reports.
+constexpr size_t kMaxHeldReports = size_t{1} << 20;
+
+}  // namespace
 
 Purger::~Purger() { close(); }
 
@@ -38,7 +51,7 @@ void Purger::announce(std::string_view name, std::string_view path, uint64_t ind
     if (lostReports) {
       spdlog::info("zone {}: a worker lost cache reports; its next purge reads the directory",
                    name);
-      it->second.index->doubtAll();
+      doubt(it->second);
     }
     return;
   }
@@ -60,13 +73,28 @@ void Purger::connectionEnded(std::string_view name) {
   if (it == zones_.end()) return;
   spdlog::info("zone {}: a worker's connection ended with reports unread; its next purge "
                "reads the directory", name);
-  it->second.index->doubtAll();
+  doubt(it->second);
+}
+
+void Purger::doubt(Zone& zone) {
+  if (zone.match) {
+    zone.heldDoubt = true;
+  } else {
+    zone.index->doubtAll();
+  }
 }
 
 void Purger::stored(std::string_view name, StoredFile file) {
   auto it = zones_.find(name);
   if (it == zones_.end()) return;  // not announced: nothing to keep complete
-  it->second.index->record(std::move(file));
+  Zone& zone = it->second;
+  if (!zone.match) {
+    zone.index->record(std::move(file));
+  } else if (zone.heldReports.size() < kMaxHeldReports) {
+    zone.heldReports.push_back(std::move(file));
+  } else {
+    zone.heldDoubt = true;
+  }
 }
 
 void Purger::purge(PurgeQuery query, Done done) {
@@ -75,15 +103,25 @@ void Purger::purge(PurgeQuery query, Done done) {
     done(PurgeOutcome{{}, false, "unknown zone \"" + query.zone + "\""});
     return;
   }
-  Zone& zone = it->second;
-  ++zone.purges;
-  if (!zone.scan) {
-    if (auto files = fromIndex(zone, query)) {
-      done(PurgeOutcome{std::move(*files), false, {}});
+  ++it->second.purges;
+  dispatch(it->first, it->second, std::move(query), std::move(done));
+}
+
+void Purger::dispatch(const std::string& name, Zone& zone, PurgeQuery query, Done done) {
+  if (zone.scan || zone.match) {
+    zone.waiting.emplace_back(std::move(query), std::move(done));
+    return;
+  }
+  if (query.kind == PurgeQuery::Kind::kTagPattern) {
+    if (zone.index->sure()) {
+      startMatch(name, zone, std::move(query), std::move(done), nullptr, false);
       return;
     }
-    startScan(it->first, zone);
+  } else if (auto files = fromIndex(zone, query)) {
+    done(PurgeOutcome{std::move(*files), false, {}, false});
+    return;
   }
+  startScan(name, zone);
   zone.waiting.emplace_back(std::move(query), std::move(done));
 }
 
@@ -99,6 +137,8 @@ std::optional<std::vector<Md5>> Purger::fromIndex(Zone& zone, const PurgeQuery& 
     case PurgeQuery::Kind::kTag:
       keys = zone.index->keysWithTag(query.value);
       break;
+    case PurgeQuery::Kind::kTagPattern:
+      return std::nullopt;  // evaluated on the thread pool: startMatch()
   }
   if (!keys) return std::nullopt;
   std::vector<Md5> files;
@@ -154,21 +194,31 @@ void Purger::scanDone(const std::string& name, Zone& zone) {
   // Waiters are answered from what the scan saw plus what was stored
   // meanwhile, which the index holds when it could keep it all; an index
   // too small (or off) answers from the scan alone.
-  std::vector<StoredFile> found = result.files;
+  const auto found = std::make_shared<const std::vector<StoredFile>>(result.files);
   zone.index->finishScan(std::move(result.files), result.complete);
 
   const ZoneIndexStats s = zone.index->stats();
   if (result.complete && !s.complete && zone.indexBytes > 0 && s.files > 0) {
     // Too small an index is safe (purges read the directory) but slow:
     // say how much would do.
-    const uint64_t needed = s.bytes / s.files * found.size() * 5 / 4;
+    const uint64_t needed = s.bytes / s.files * found->size() * 5 / 4;
     spdlog::warn("zone {}: esi_purge_index {} holds {} of {} files, so every purge of "
                  "this zone reads its directory; about {}m would hold them all",
-                 name, zone.indexBytes, s.files, found.size(), needed / (1 << 20) + 1);
+                 name, zone.indexBytes, s.files, found->size(), needed / (1 << 20) + 1);
   }
 
-  auto waiting = std::move(zone.waiting);
+  auto waiting = std::exchange(zone.waiting, {});
   for (auto& [query, done] : waiting) {
+    if (zone.match) {
+      // a pattern's match reads the index now: the rest wait for it
+      zone.waiting.emplace_back(std::move(query), std::move(done));
+      continue;
+    }
+    if (query.kind == PurgeQuery::Kind::kTagPattern && result.complete) {
+      startMatch(name, zone, std::move(query), std::move(done),
+                 zone.index->sure() ? nullptr : found, true);
+      continue;
+    }
     PurgeOutcome outcome;
     outcome.scanned = true;
     if (!result.complete) {
@@ -176,7 +226,7 @@ void Purger::scanDone(const std::string& name, Zone& zone) {
     } else if (auto files = fromIndex(zone, query)) {
       outcome.files = std::move(*files);
     } else {
-      for (const StoredFile& file : found) {
+      for (const StoredFile& file : *found) {
         const bool match =
             (query.kind == PurgeQuery::Kind::kKey && file.key == query.value) ||
             (query.kind == PurgeQuery::Kind::kKeyPrefix &&
@@ -188,6 +238,75 @@ void Purger::scanDone(const std::string& name, Zone& zone) {
     }
     done(std::move(outcome));
   }
+}
+
+void Purger::startMatch(const std::string& name, Zone& zone, PurgeQuery query, Done done,
+                        std::shared_ptr<const std::vector<StoredFile>> found, bool scanned) {
+  zone.match = std::make_unique<Match>();
+  Match& match = *zone.match;
+  match.work.data = &match;
+  match.purger = this;
+  match.zone = name;
+  match.query = std::move(query);
+  match.done = std::move(done);
+  match.index = found ? nullptr : zone.index.get();
+  match.found = std::move(found);
+  match.scanned = scanned;
+  uv_queue_work(
+      loop_, &match.work,
+      [](uv_work_t* work) {
+        auto* m = static_cast<Match*>(work->data);
+        m->outcome.scanned = m->scanned;
+        const auto pattern = TagPattern::compile(m->query.value, &m->outcome.error);
+        if (!pattern) {
+          m->outcome.invalid = true;
+          return;
+        }
+        std::string scratch;
+        if (m->found) {
+          for (const StoredFile& file : *m->found) {
+            if (pattern->matches(file.tags, scratch)) m->outcome.files.push_back(file.file);
+          }
+          return;
+        }
+        // The index was sure when the match started, and stands still.
+        auto keys = m->index->keysWhere(
+            [&](const std::vector<std::string>& tags) { return pattern->matches(tags, scratch); });
+        if (!keys) return;
+        m->keys = std::move(*keys);
+        for (const Md5& key : m->keys) {
+          if (auto files = m->index->filesOf(key)) {
+            m->outcome.files.insert(m->outcome.files.end(), files->begin(), files->end());
+          }
+        }
+      },
+      [](uv_work_t* work, int) {
+        auto* m = static_cast<Match*>(work->data);
+        Purger* self = m->purger;
+        auto it = self->zones_.find(m->zone);
+        self->matchDone(it->first, it->second);
+      });
+}
+
+void Purger::matchDone(const std::string& name, Zone& zone) {
+  std::unique_ptr<Match> match = std::move(zone.match);
+  PurgeOutcome& outcome = match->outcome;
+  if (outcome.invalid) {
+    spdlog::warn("zone {}: pattern purge refused: {}", name, outcome.error);
+  } else {
+    spdlog::info("zone {}: pattern purge{} finds {} file(s) in its {}", name,
+                 match->query.soft ? " (soft)" : "", outcome.files.size(),
+                 match->found ? "directory" : "index");
+  }
+  // As fromIndex(): nothing is left of the keys a purge removes.  What was
+  // reported meanwhile happened after the purge, so it comes after.
+  if (!match->query.soft) zone.index->forget(match->keys);
+  for (StoredFile& file : zone.heldReports) zone.index->record(std::move(file));
+  zone.heldReports.clear();
+  if (std::exchange(zone.heldDoubt, false)) zone.index->doubtAll();
+  match->done(std::move(outcome));
+  auto waiting = std::exchange(zone.waiting, {});
+  for (auto& [query, done] : waiting) dispatch(name, zone, std::move(query), std::move(done));
 }
 
 nlohmann::json Purger::variants(std::string_view name, std::string_view key) const {

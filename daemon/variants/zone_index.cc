@@ -109,6 +109,15 @@ std::optional<std::vector<Md5>> ZoneIndex::keysWithPrefix(std::string_view prefi
   return keys;
 }
 
+std::optional<std::vector<Md5>> ZoneIndex::keysWhere(const TagsPredicate& accept) const {
+  if (!sure()) return std::nullopt;
+  std::vector<Md5> keys;
+  for (const auto& [main, entry] : entries_) {
+    if (accept(entry.tags)) keys.push_back(main);
+  }
+  return keys;
+}
+
 void ZoneIndex::forget(const std::vector<Md5>& mains) {
   for (const Md5& main : mains) {
     drop(main, false);

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <optional>
 #include <string>
@@ -64,6 +65,13 @@ class ZoneIndex {
   // nullopt when the index cannot be sure.
   std::optional<std::vector<Md5>> keysWithTag(std::string_view tag) const;
   std::optional<std::vector<Md5>> keysWithPrefix(std::string_view prefix) const;
+  // Every key whose tags (in the order first stored) the predicate accepts,
+  // or nullopt when the index cannot be sure.  Reads only: another thread
+  // may run it while the loop calls nothing that changes the index.
+  using TagsPredicate = std::function<bool(const std::vector<std::string>& tags)>;
+  std::optional<std::vector<Md5>> keysWhere(const TagsPredicate& accept) const;
+  // Whether a question about tags or prefixes can be answered.
+  bool sure() const { return complete_ && doubtful_.empty(); }
 
   // A purge just removed every file of these keys.
   void forget(const std::vector<Md5>& mains);
@@ -91,7 +99,6 @@ class ZoneIndex {
   void add(StoredFile&& stored);
   void drop(const Md5& main, bool doubt);
   size_t entryBytes(const Entry& entry) const;
-  bool sure() const { return complete_ && doubtful_.empty(); }
 
   const size_t maxBytes_;
   size_t bytes_ = 0;

@@ -185,6 +185,7 @@ void walkPurged(const Bounds& seg, const esi_wire_struct_t& root) {
   }
   sink += esi_wire_bool(&purged, ESI_WIRE_PURGED_SCANNED_BIT);
   sink += esi_wire_bool(&purged, ESI_WIRE_PURGED_MORE_BIT);
+  sink += esi_wire_bool(&purged, ESI_WIRE_PURGED_INVALID_BIT);
   checkText(seg, purged, ESI_WIRE_PURGED_ERROR_PTR);
 }
 
@@ -265,6 +266,9 @@ void walkPurgeOrder(const Bounds& seg, const esi_wire_struct_t& root) {
       break;
     case ESI_WIRE_PURGE_TAG_WHICH:
       checkText(seg, purge, ESI_WIRE_PURGE_TAG_PTR);
+      break;
+    case ESI_WIRE_PURGE_TAG_PATTERN_WHICH:
+      checkText(seg, purge, ESI_WIRE_PURGE_TAG_PATTERN_PTR);
       break;
   }
 }

@@ -267,6 +267,8 @@ void requests() {
       {"purge-key-prefix", ESI_WIRE_PURGE_KEY_PREFIX_WHICH,
        ESI_WIRE_PURGE_KEY_PREFIX_PTR, "http://example.com/"},
       {"purge-tag", ESI_WIRE_PURGE_TAG_WHICH, ESI_WIRE_PURGE_TAG_PTR, "t1"},
+      {"purge-tag-pattern", ESI_WIRE_PURGE_TAG_PATTERN_WHICH,
+       ESI_WIRE_PURGE_TAG_PATTERN_PTR, "(^|,)cat_(p|c)_42(,|$)"},
   };
   for (const auto& p : purges) {
     saveRequest(p.name, 11, ESI_WIRE_REQUEST_PURGE_WHICH,

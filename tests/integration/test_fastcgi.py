@@ -32,7 +32,29 @@ FASTCGI = """
 """
 
 
-class FastcgiTestCase(EsiTestCase):
+class AppCacheTestCase(EsiTestCase):
+    """Pages from an application server cached by NGINX (fastcgi_cache
+    here, uwsgi_cache and scgi_cache in test_uwsgi.py): each page is its
+    path, then the fragment /esi/a ("A") from the origin."""
+
+    def setUp(self):
+        super().setUp()
+        self.origin.route("/esi/a", "A", content_type="text/plain")
+
+    def files(self, zone):
+        found = []
+        for root, _, names in os.walk(os.path.join(self.tmp, zone)):
+            found += [n for n in names if len(n) == 32]
+        return found
+
+    def page(self, path, status):
+        code, headers, body = self.get(path)
+        self.assertEqual(code, 200)
+        self.assertEqual(headers.get("X-Cache-Status"), status, path)
+        self.assertEqual(body, ("<p>%s</p>A" % path).encode())
+
+
+class FastcgiTestCase(AppCacheTestCase):
     HTTP = """
     fastcgi_cache_path @@TMP@@/wordpress keys_zone=WORDPRESS:16m;
     fastcgi_cache_path @@TMP@@/shop keys_zone=SHOP:16m;
@@ -62,7 +84,6 @@ class FastcgiTestCase(EsiTestCase):
 
     def setUp(self):
         super().setUp()
-        self.origin.route("/esi/a", "A", content_type="text/plain")
         script = os.path.join(self.tmp, "page.sh")
         with open(script, "w") as f:
             f.write(PAGE_SCRIPT)
@@ -74,18 +95,6 @@ class FastcgiTestCase(EsiTestCase):
                             [tool, "-s", "unix:" + sock], sock)
         except DidNotStart as e:
             self.fail("fcgiwrap did not start:\n%s" % e.log)
-
-    def files(self, zone):
-        found = []
-        for root, _, names in os.walk(os.path.join(self.tmp, zone)):
-            found += [n for n in names if len(n) == 32]
-        return found
-
-    def page(self, path, status):
-        code, headers, body = self.get(path)
-        self.assertEqual(code, 200)
-        self.assertEqual(headers.get("X-Cache-Status"), status, path)
-        self.assertEqual(body, ("<p>%s</p>A" % path).encode())
 
 
 class FastcgiEsiTest(FastcgiTestCase):
