@@ -1361,6 +1361,8 @@ ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
                           "</head><body><h1>Purge failed</h1>",
                           sizeof("<html><head><title>Purge failed</title>"
                                  "</head><body><h1>Purge failed</h1>") - 1);
+        break;
+
     case NGX_HTTP_BAD_REQUEST:
         last = ngx_cpymem(last, "<html><head><title>Purge refused</title>"
                           "</head><body><h1>Purge refused</h1>",

@@ -35,7 +35,7 @@ std::optional<StreamId> StreamId::parse(std::string_view text) {
   return StreamId{*ms, *seq};
 }
 
-std::string_view purgeKindName(PurgeQuery::Kind kind) {
+std::string_view entryKindName(PurgeQuery::Kind kind) {
   switch (kind) {
     case PurgeQuery::Kind::kKey:
       return "key";
@@ -66,7 +66,7 @@ std::vector<std::pair<std::string, std::string>> encodeEntry(const FleetEntry& e
       {"v", std::string(kVersion)},
       {"node", entry.node},
       {"zone", entry.query.zone},
-      {"kind", std::string(purgeKindName(entry.query.kind))},
+      {"kind", std::string(entryKindName(entry.query.kind))},
       {"value", entry.query.value},
       {"uid", entry.uid}};
   if (entry.askAcks) fields.emplace_back("ack", "1");

@@ -59,7 +59,7 @@ std::optional<FleetEntry> decodeEntry(
 std::string checkEntry(const FleetEntry& entry);
 
 // An entry's kind field: key, prefix, tag or pattern.
-std::string_view purgeKindName(PurgeQuery::Kind kind);
+std::string_view entryKindName(PurgeQuery::Kind kind);
 
 // A node name: 1 to 255 bytes of letters, digits and ".-_:".
 bool validNodeName(std::string_view name);

@@ -358,7 +358,7 @@ void Fleet::itemDone(size_t index, uint64_t count, const std::string& error) {
     ++failed_;
     spdlog::error("fleet: entry {} from {} ({} \"{}\" in zone {}) failed {} times, skipped: {}",
                   item.id.text(), item.entry.node,
-                  purgeKindName(item.entry.query.kind),
+                  entryKindName(item.entry.query.kind),
                   item.entry.query.value, item.entry.query.zone, kAttempts, error);
   }
   if (!issuing_ && applying_ == 0 && awaitingWorkers_.empty()) finishBatch();
