@@ -24,8 +24,8 @@ import unittest
 import zlib
 
 from harness import (NGINX, REQUEST_TIMEOUT, EsiTestCase, _read, free_port,
-                     poll, tcp_port_answers, worker_pids)
-from test_resources import open_fds
+                     open_fds, poll, tcp_port_answers, worker_pids)
+
 
 RELOADS = int(os.environ.get("ESI_TEST_RELOADS", "30"))
 RELOAD_PERIOD = 1.0     # the spec: a reload every second
