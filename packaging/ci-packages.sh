@@ -368,11 +368,11 @@ doc = json.loads(subprocess.run(["esictl", "stats", "--json"], check=True,
 sys.exit(0 if doc["streams"] >= 3 and doc["includes"] >= 6 and doc["errors"] == 0 else 1)'
 esictl stats --prometheus >"$work/prom.txt" 2>&1
 head -n 6 "$work/prom.txt"
-check "esictl stats --prometheus has HELP/TYPE lines and esid_ samples" \
+check "esictl stats --prometheus has HELP/TYPE lines and esid_ samples (labels, histograms)" \
     bash -c "grep -qx '# TYPE esid_streams_total counter' '$work/prom.txt' &&
              grep -q '^# HELP esid_streams_total ' '$work/prom.txt' &&
              grep -Eq '^esid_streams_total [1-9][0-9]*$' '$work/prom.txt' &&
-             ! grep -Ev '^(# (HELP|TYPE) esid_[a-z_]+ .+|esid_[a-z_]+ [0-9]+)$' '$work/prom.txt'"
+             ! grep -Ev '^(# (HELP|TYPE) esid_[a-z_]+ .+|esid_[a-z_]+(\{[a-z_]+=\"[^\"]*\"(,[a-z_]+=\"[^\"]*\")*\})? [0-9][0-9.e+]*)$' '$work/prom.txt'"
 (for _ in $(seq 1 30); do fetch /dev/null; sleep 0.05; done) &
 load_pid=$!
 esictl top --once --interval 1 >"$work/top.txt" 2>&1
