@@ -296,8 +296,9 @@ class Soak:
         row.update({"workers_rss_kib": total, "workers_anon_kib": anon,
                     "workers_fds": fds})
         for name in ("active_connections", "active_streams",
-                     "ring_bytes_in", "ring_bytes_out", "ring_full",
-                     "worker_waits", "segment_pins"):
+                     "ring_bytes_in", "ring_bytes_out", "ring_used_requests",
+                     "ring_used_responses", "ring_full", "worker_waits",
+                     "segment_pins"):
             row[name] = stats.get(name, "")
         row["plan_bytes"] = plans.get("bytes", "")
         row["plan_entries"] = plans.get("entries", "")

@@ -52,13 +52,17 @@ nlohmann::json Control::counters() const {
   nlohmann::json stats = stats_.toJson();
   stats.update(arena_.stats());
   if (fleet_ != nullptr) stats.update(fleet_->stats());
+  const WorkerSession::RingUse rings =
+      server_ != nullptr ? server_->ringUse() : WorkerSession::RingUse{};
+  stats["ring_used_requests"] = rings.requests;
+  stats["ring_used_responses"] = rings.responses;
+  stats["ring_capacity"] = rings.capacity;
   return stats;
 }
 
 std::string Control::metrics() const {
   const nlohmann::json counted = counters();
-  return renderMetrics({stats_, counted, purger_.scanSeconds(), purger_.scansFailed(),
-                        server_ != nullptr ? server_->ringUse() : WorkerSession::RingUse{}});
+  return renderMetrics({stats_, counted, purger_.scanSeconds(), purger_.scansFailed()});
 }
 
 ControlAnswer Control::query(std::string_view command) const {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/metrics_page.h"
+#include "variants/purger.h"
 
 namespace esi {
 namespace {
@@ -29,9 +30,9 @@ TEST(MetricsPageTest, ShowsEveryCountWithItsLabels) {
   stats.activeConnections = 2;
   Histogram scans;
   scans.observe(3);
-  const nlohmann::json counters = stats.toJson();
-  WorkerSession::RingUse rings{10, 20, 4096};
-  const std::string text = renderMetrics({stats, counters, scans, 4, rings});
+  nlohmann::json counters = stats.toJson();
+  counters.update({{"ring_used_requests", 10}, {"ring_used_responses", 20}, {"ring_capacity", 4096}});
+  const std::string text = renderMetrics({stats, counters, scans, 4});
 
   EXPECT_TRUE(has(text, "esid_pages_total{how=\"parse\"} 5"));
   EXPECT_TRUE(has(text, "esid_pages_total{how=\"plan\"} 1"));
@@ -48,6 +49,7 @@ TEST(MetricsPageTest, ShowsEveryCountWithItsLabels) {
   EXPECT_TRUE(has(text, "esid_sessions 2"));
   EXPECT_TRUE(has(text, "esid_ring_used_bytes{ring=\"responses\"} 20"));
   EXPECT_TRUE(has(text, "esid_ring_capacity_bytes 4096"));
+  EXPECT_FALSE(has(text, "esid_ring_used_requests 10"));  // once, labelled
   EXPECT_TRUE(has(text, "esid_purge_duration_seconds_bucket{le=\"0.005\"} 1"));
   EXPECT_TRUE(has(text, "esid_purge_duration_seconds_count 1"));
   EXPECT_TRUE(has(text, "esid_scan_duration_seconds_bucket{le=\"2.5\"} 0"));
@@ -61,7 +63,7 @@ TEST(MetricsPageTest, DeclaresEachFamilyOnceAndShowsUnknownCountersToo) {
   counters["fleet_applied"] = 9;
   counters["something new"] = 2;
   Histogram scans;
-  const std::string text = renderMetrics({stats, counters, scans, 0, {}});
+  const std::string text = renderMetrics({stats, counters, scans, 0});
   EXPECT_TRUE(has(text, "esid_fleet_applied_total 9"));
   EXPECT_TRUE(has(text, "esid_something_new 2"));
   // Every TYPE line names a family of its own.

@@ -31,6 +31,8 @@ constexpr Plain kPlain[] = {
     {"ring_full", "esid_ring_full_total", true, "Answers that had to wait for ring space."},
     {"worker_waits", "esid_worker_waits_total", true,
      "Times a worker waited for room in its ring to esid, woken when esid read."},
+    {"ring_capacity", "esid_ring_capacity_bytes", false,
+     "Size of the workers' rings, both directions."},
     {"stitched", "esid_stitched_total", true, "Plans sent naming gzip segments (esi_stitch)."},
     {"ring_bytes_in", "esid_ring_in_bytes_total", true, "Message bytes read from workers' rings."},
     {"ring_bytes_out", "esid_ring_out_bytes_total", true,
@@ -79,7 +81,7 @@ constexpr Plain kPlain[] = {
 constexpr std::string_view kLabelled[] = {
     "planned",           "replayed",           "plan_misses",      "plan_drops",
     "fragments_resolved", "fragments_deferred", "fragments_refused", "errors",
-    "protocol_errors",   "purge_errors"};
+    "protocol_errors",   "purge_errors",       "ring_used_requests", "ring_used_responses"};
 
 bool shown(std::string_view key) {
   return std::any_of(std::begin(kPlain), std::end(kPlain),
@@ -143,11 +145,13 @@ std::string renderMetrics(const MetricsSources& sources) {
     }
     out.sample(it->get<uint64_t>());
   }
-  out.gauge("esid_ring_used_bytes", "Bytes waiting in the workers' rings, by direction.")
-      .sample(sources.rings.requests, {{"ring", "requests"}})
-      .sample(sources.rings.responses, {{"ring", "responses"}});
-  out.gauge("esid_ring_capacity_bytes", "Size of the workers' rings, both directions.")
-      .sample(sources.rings.capacity);
+  out.gauge("esid_ring_used_bytes", "Bytes waiting in the workers' rings, by direction.");
+  for (const std::string_view ring : {"requests", "responses"}) {
+    const auto it = sources.counters.find("ring_used_" + std::string(ring));
+    if (it != sources.counters.end() && it->is_number_integer() && *it >= 0) {
+      out.sample(it->get<uint64_t>(), {{"ring", ring}});
+    }
+  }
   out.histogram("esid_purge_duration_seconds",
                 "From a worker's purge request to esid's answer.", sources.stats.purgeSeconds);
   out.histogram("esid_scan_duration_seconds", "Reads of a zone's directory, from start to end.",

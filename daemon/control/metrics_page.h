@@ -11,18 +11,16 @@
 
 #include "engine/stats.h"
 #include "metrics/histogram.h"
-#include "transport/worker_session.h"
 
 namespace esi {
 
 struct MetricsSources {
   const Stats& stats;
-  // What `esictl stats` prints: stats.toJson() with the arena's and the
-  // fleet's counters.
+  // What `esictl stats` prints: stats.toJson() with the arena's, the
+  // fleet's and the rings' counters.
   const nlohmann::json& counters;
   const Histogram& scanSeconds;
   uint64_t scansFailed = 0;
-  WorkerSession::RingUse rings;
 };
 
 std::string renderMetrics(const MetricsSources& sources);
