@@ -50,7 +50,8 @@ TEST(MetricsPageTest, ShowsEveryCountWithItsLabels) {
   EXPECT_TRUE(has(text, "esid_ring_used_bytes{ring=\"responses\"} 20"));
   EXPECT_TRUE(has(text, "esid_ring_capacity_bytes 4096"));
   EXPECT_FALSE(has(text, "esid_ring_used_requests 10"));  // once, labelled
-  EXPECT_TRUE(has(text, "esid_purge_duration_seconds_bucket{le=\"0.005\"} 1"));
+  EXPECT_TRUE(has(text, "esid_purge_duration_seconds_bucket{le=\"0.001\"} 0"));
+  EXPECT_TRUE(has(text, "esid_purge_duration_seconds_bucket{le=\"0.0025\"} 1"));
   EXPECT_TRUE(has(text, "esid_purge_duration_seconds_count 1"));
   EXPECT_TRUE(has(text, "esid_scan_duration_seconds_bucket{le=\"2.5\"} 0"));
   EXPECT_TRUE(has(text, "esid_scan_duration_seconds_bucket{le=\"5\"} 1"));

@@ -42,7 +42,7 @@ struct Stats {
   static constexpr size_t kPurgeKinds = 4;
   std::array<std::array<std::array<uint64_t, 2>, 2>, kPurgeKinds> purges{};
   // From a worker's purge request to esid's answer.
-  Histogram purgeSeconds;
+  Histogram purgeSeconds{Histogram::fineSeconds()};
 
   nlohmann::json toJson() const;
 };

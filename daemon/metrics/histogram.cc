@@ -8,6 +8,13 @@ std::vector<double> Histogram::defaultSeconds() {
   return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
+std::vector<double> Histogram::fineSeconds() {
+  std::vector<double> bounds = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025};
+  const std::vector<double> coarse = defaultSeconds();
+  bounds.insert(bounds.end(), coarse.begin(), coarse.end());
+  return bounds;
+}
+
 Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
 

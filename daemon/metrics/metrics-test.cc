@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -27,6 +28,18 @@ TEST(HistogramTest, DefaultBucketsArePrometheusOwn) {
   ASSERT_EQ(bounds.size(), 11u);
   EXPECT_EQ(bounds.front(), 0.005);
   EXPECT_EQ(bounds.back(), 10);
+}
+
+TEST(HistogramTest, FineBucketsTellMicrosecondsApart) {
+  Histogram h(Histogram::fineSeconds());
+  ASSERT_TRUE(std::is_sorted(h.bounds().begin(), h.bounds().end()));
+  EXPECT_EQ(h.bounds().front(), 0.00005);
+  EXPECT_EQ(h.bounds().back(), 10);
+  h.observe(0.00004);
+  h.observe(0.0003);
+  EXPECT_EQ(h.cumulative(0), 1u);
+  EXPECT_EQ(h.cumulative(2), 1u);  // le 0.00025
+  EXPECT_EQ(h.cumulative(3), 2u);  // le 0.0005
 }
 
 TEST(ExpositionTest, WritesHelpTypeAndLabelledSamples) {

@@ -337,6 +337,7 @@ nlohmann::json Purger::zones() const {
                  {"keys_in_doubt", s.doubtful},
                  {"complete", s.complete},
                  {"scanning", zone.scan != nullptr},
+                 {"matching", zone.match != nullptr},
                  {"scan_files_read", zone.scan ? zone.scan->progress.files.load() : 0},
                  {"scan_dirs", zone.scan ? zone.scan->progress.dirs.load() : 0},
                  {"scan_dirs_entered", zone.scan ? zone.scan->progress.dirsEntered.load() : 0},

@@ -183,11 +183,13 @@ TEST_F(PatternPurge, ReportsDuringTheMatchWaitAndLandAfterThePurge) {
   purger_->stored("z", file("/a", {"cat_p_41"}));
   purger_->stored("z", file("/b", {"store"}));
   ask("^cat_p_4");
+  EXPECT_TRUE(purger_->zones()["z"]["matching"].get<bool>());  // esictl zones says so
   // a new variant of /a, stored while the pool reads the index
   const StoredFile later = file("/a", {"cat_p_41"}, 1);
   purger_->stored("z", later);
   uv_run(&loop_, UV_RUN_DEFAULT);
   ASSERT_TRUE(answer_);
+  EXPECT_FALSE(purger_->zones()["z"]["matching"].get<bool>());
   EXPECT_EQ(answer_->files, std::vector<Md5>{md5Of("/a")});
   EXPECT_FALSE(answer_->scanned);
   EXPECT_TRUE(answer_->error.empty());

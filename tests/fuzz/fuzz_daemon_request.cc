@@ -324,11 +324,12 @@ class Connection {
   esi_ring_t toWorker_{};
 };
 
-// Whether a Purger still scans a zone.
-bool scanning(const Purger& purger) {
+// Whether a Purger still scans a zone or matches a pattern on the thread
+// pool: a purge waiting for either is answered when it ends.
+bool busy(const Purger& purger) {
   const nlohmann::json zones = purger.zones();
   for (const auto& zone : zones) {
-    if (zone.value("scanning", false)) return true;
+    if (zone.value("scanning", false) || zone.value("matching", false)) return true;
   }
   return false;
 }
@@ -395,7 +396,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (purger == nullptr) purger = std::make_unique<Purger>(&loop);
   if (zones) {
     purger->announce("fuzz", scratchZone, 1 << 20, false);
-    while (scanning(*purger)) uv_run(&loop, UV_RUN_ONCE);
+    while (busy(*purger)) uv_run(&loop, UV_RUN_ONCE);
   }
   if (connection == nullptr) {
     connection = std::make_unique<Connection>(&loop, stats, *purger);
@@ -419,8 +420,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   c.record(bytes, length);
   c.serve();
-  // A purge waits for the scan its record started, if any.
-  while (!c.fatal() && scanning(*purger)) {
+  // A purge waits for the scan or the match its record started, if any.
+  while (!c.fatal() && busy(*purger)) {
     uv_run(&loop, UV_RUN_ONCE);
     c.serve();
   }
