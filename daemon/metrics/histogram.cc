@@ -9,7 +9,8 @@ std::vector<double> Histogram::defaultSeconds() {
 }
 
 std::vector<double> Histogram::fineSeconds() {
-  std::vector<double> bounds = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025};
+  std::vector<double> bounds = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025,
+                                 0.0005,  0.001,    0.0025};
   const std::vector<double> coarse = defaultSeconds();
   bounds.insert(bounds.end(), coarse.begin(), coarse.end());
   return bounds;

@@ -13,7 +13,7 @@ class Histogram {
  public:
   // Prometheus' default buckets, in seconds: from 5 ms to 10 s.
   static std::vector<double> defaultSeconds();
-  // From 50 us to 10 s, for what usually takes microseconds: a purge the
+  // From 10 us to 10 s, for what usually takes microseconds: a purge the
   // variant index answers (the default's first bucket would hold them all).
   static std::vector<double> fineSeconds();
 

@@ -33,13 +33,13 @@ TEST(HistogramTest, DefaultBucketsArePrometheusOwn) {
 TEST(HistogramTest, FineBucketsTellMicrosecondsApart) {
   Histogram h(Histogram::fineSeconds());
   ASSERT_TRUE(std::is_sorted(h.bounds().begin(), h.bounds().end()));
-  EXPECT_EQ(h.bounds().front(), 0.00005);
+  EXPECT_EQ(h.bounds().front(), 0.00001);
   EXPECT_EQ(h.bounds().back(), 10);
-  h.observe(0.00004);
+  h.observe(0.000004);
   h.observe(0.0003);
   EXPECT_EQ(h.cumulative(0), 1u);
-  EXPECT_EQ(h.cumulative(2), 1u);  // le 0.00025
-  EXPECT_EQ(h.cumulative(3), 2u);  // le 0.0005
+  EXPECT_EQ(h.cumulative(4), 1u);  // le 0.00025
+  EXPECT_EQ(h.cumulative(5), 2u);  // le 0.0005
 }
 
 TEST(ExpositionTest, WritesHelpTypeAndLabelledSamples) {
