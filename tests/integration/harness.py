@@ -77,10 +77,15 @@ SANITIZER_RE = re.compile(
 SANITIZER_LOG = "sanitizer"
 SANITIZER_SUPP = os.path.join(SOURCE_DIR, "tests", "sanitize")
 
+# `env`: NGINX hands a binary upgrade's new nginx only the variables it
+# names, and the sanitized build's suppressions are in them.
 NGINX_CONF = """\
 @@USER@@
 worker_processes @@WORKERS@@;
 master_process on;
+env ASAN_OPTIONS;
+env LSAN_OPTIONS;
+env UBSAN_OPTIONS;
 pid @@TMP@@/nginx.pid;
 error_log @@TMP@@/error.log info;
 @@LOAD_MODULE@@

@@ -222,13 +222,19 @@ class ReloadTestCase(EsiTestCase):
 
     def nginx_command(self, *args):
         """nginx with the test's prefix, error log and configuration, and
-        `args` (a daemonized start, or -s SIGNAL), which must succeed."""
+        `args` (a daemonized start, or -s SIGNAL), which must succeed.
+        The signaller and a daemonized start's parent exit without freeing
+        main()'s init_cycle pool (NGINX's), so in a sanitized build
+        LeakSanitizer is off for what this starts: a daemonized master and
+        its workers inherit that; ASan and UBSan stay on."""
+        env = self.sanitizer_env()
+        env["ASAN_OPTIONS"] += ":detect_leaks=0"
         done = subprocess.run(
             [NGINX, "-p", self.tmp + "/", "-e",
              os.path.join(self.tmp, "error.log"), "-c",
              os.path.join(self.tmp, "nginx.conf")] + list(args),
             stdin=subprocess.DEVNULL, capture_output=True,
-            env=self.sanitizer_env(), timeout=REQUEST_TIMEOUT, check=False)
+            env=env, timeout=REQUEST_TIMEOUT, check=False)
         self.assertEqual(done.returncode, 0, done.stderr.decode())
 
     def warm(self):
