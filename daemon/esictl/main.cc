@@ -388,6 +388,7 @@ int zones(const std::string& socketPath, bool json) {
     if (zone["scanning"].get<bool>()) {
       std::printf(", scanning (%llu files read)", zone["scan_files_read"].get<unsigned long long>());
     }
+    if (zone.value("matching", false)) std::printf(", matching a pattern purge");
     const std::string error = zone["last_scan_error"].get<std::string>();
     if (!error.empty()) std::printf(", last scan failed: %s", error.c_str());
     std::printf("\n");
