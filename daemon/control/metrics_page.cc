@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "metrics/exposition.h"
@@ -89,6 +91,13 @@ bool shown(std::string_view key) {
          std::find(std::begin(kLabelled), std::end(kLabelled), key) != std::end(kLabelled);
 }
 
+// A count of `esictl stats` by its key; nothing when absent or not a count.
+std::optional<uint64_t> count(const nlohmann::json& counters, const std::string& key) {
+  const auto it = counters.find(key);
+  if (it == counters.end() || !it->is_number_integer() || *it < 0) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
 void labelled(Exposition& out, const Stats& s, uint64_t scansFailed) {
   out.counter("esid_pages_total",
               "Pages esid served: parsed, answered with a plan, or replayed by a worker.")
@@ -136,20 +145,19 @@ std::string renderMetrics(const MetricsSources& sources) {
   Exposition out;
   labelled(out, sources.stats, sources.scansFailed);
   for (const Plain& p : kPlain) {
-    const auto it = sources.counters.find(p.key);
-    if (it == sources.counters.end() || !it->is_number_integer() || *it < 0) continue;
+    const std::optional<uint64_t> value = count(sources.counters, p.key);
+    if (!value) continue;
     if (p.counter) {
       out.counter(p.name, p.help);
     } else {
       out.gauge(p.name, p.help);
     }
-    out.sample(it->get<uint64_t>());
+    out.sample(*value);
   }
   out.gauge("esid_ring_used_bytes", "Bytes waiting in the workers' rings, by direction.");
   for (const std::string_view ring : {"requests", "responses"}) {
-    const auto it = sources.counters.find("ring_used_" + std::string(ring));
-    if (it != sources.counters.end() && it->is_number_integer() && *it >= 0) {
-      out.sample(it->get<uint64_t>(), {{"ring", ring}});
+    if (const auto value = count(sources.counters, "ring_used_" + std::string(ring))) {
+      out.sample(*value, {{"ring", ring}});
     }
   }
   out.histogram("esid_purge_duration_seconds",
