@@ -22,7 +22,6 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -200,12 +199,7 @@ def plot(png, panels, workdir, seconds):
                          % (path, title.replace('"', "'")))
         lines.append("plot " + ", ".join(plots))
     lines.append("unset multiplot")
-    r = subprocess.run(["gnuplot"], input="\n".join(lines) + "\n",
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        log("gnuplot failed: %s" % r.stderr.strip())
-        return None
-    return png
+    return png if reporting.gnuplot("\n".join(lines) + "\n") else None
 
 
 def report(md, panels, started, load, counts):

@@ -334,6 +334,23 @@ def markdown(args, info, main_res, cost_res, lang_res, started, load_before,
     return "\n".join(L)
 
 
+def gnuplot(script):
+    """Runs a gnuplot script (pngcairo, or png where cairo is missing);
+    whether it wrote its picture."""
+    if shutil.which("gnuplot") is None:
+        log("gnuplot not found (apt-get install gnuplot-nox): no plot")
+        return False
+    r = subprocess.run(["gnuplot"], input=script, capture_output=True,
+                       text=True)
+    if r.returncode != 0 and "pngcairo" in script:
+        r = subprocess.run(["gnuplot"], input=script.replace("pngcairo",
+                                                             "png"),
+                           capture_output=True, text=True)
+    if r.returncode != 0:
+        log("gnuplot failed: %s" % r.stderr.strip())
+    return r.returncode == 0
+
+
 def plot(args, base, main_res, cost_res):
     """PNG bar charts of rps and p99 per row, via gnuplot; returns paths."""
     if shutil.which("gnuplot") is None:
@@ -383,17 +400,9 @@ set grid ytics
 plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)
 """ % (png, title, ylabel,
        "set xtics rotate by -30" if len(rows) > 9 else "", len(arms) + 1, dat)
-        r = subprocess.run(["gnuplot"], input=script, capture_output=True,
-                           text=True)
-        os.unlink(dat)
-        if r.returncode != 0:
-            script = script.replace("pngcairo", "png")
-            r = subprocess.run(["gnuplot"], input=script, capture_output=True,
-                               text=True)
-        if r.returncode == 0:
+        if gnuplot(script):
             made.append(png)
-        else:
-            log("gnuplot failed: %s" % r.stderr.strip())
+        os.unlink(dat)
     return made
 
 

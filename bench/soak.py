@@ -42,7 +42,6 @@ import gzip
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -379,9 +378,6 @@ def growth(samples, key, warmup, life=None):
 
 
 def plot(png, csv_path, workers):
-    if not shutil.which("gnuplot"):
-        log("gnuplot not found: no plot")
-        return None
     def line(column, scale, title, axes=""):
         return ("'%s' using (column('t')):(column('%s')/%d)%s with lines "
                 "title '%s'" % (csv_path, column, scale, axes, title))
@@ -403,12 +399,7 @@ set y2tics
 set grid
 plot %s
 """ % (png, ", ".join(lines))
-    r = subprocess.run(["gnuplot"], input=script, capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        log("gnuplot failed: %s" % r.stderr.strip())
-        return None
-    return png
+    return png if reporting.gnuplot(script) else None
 
 
 def main():
