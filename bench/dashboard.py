@@ -64,12 +64,10 @@ def log(msg):
 class DashboardSoak(soak.Soak):
     """The soak's traffic, esid serving /metrics on a port of its own."""
 
-    def start_esid(self):
+    def esid_options(self):
         self.metrics_port = free_port()
-        self.esid = self.servers.esid(
-            "esid", self.socket, "--log-level", "warn", "--metrics",
-            "127.0.0.1:%d" % self.metrics_port)
-        self.esid_started = time.monotonic()
+        return super().esid_options() + [
+            "--metrics", "127.0.0.1:%d" % self.metrics_port]
 
 
 def api(port, path, **params):

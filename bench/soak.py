@@ -181,9 +181,13 @@ class Soak:
         log("origin on %d, nginx on %d (workers %s), esid pid %d" % (
             self.origin_port, self.port, self.workers, self.esid.pid))
 
+    def esid_options(self):
+        """Options of each esid this run starts, beyond its socket."""
+        return ["--log-level", "warn"]
+
     def start_esid(self):
-        self.esid = self.servers.esid("esid", self.socket, "--log-level",
-                                      "warn")
+        self.esid = self.servers.esid("esid", self.socket,
+                                      *self.esid_options())
         self.esid_started = time.monotonic()
 
     def restart_esid(self):
