@@ -110,6 +110,11 @@ class MetricsTest(EsiTestCase):
         self.assertEqual(after[("esid_sessions", ())], 1)
         self.assertEqual(after[("esid_ring_capacity_bytes", ())], 2 * 1024 * 1024)
         self.assertIn(("esid_ring_used_bytes", (("ring", "requests"),)), after)
+        # esictl stats says the same, by key: the one source of both.
+        stats = self.stats_json()
+        self.assertEqual(stats["ring_capacity"], 2 * 1024 * 1024)
+        self.assertEqual(stats["ring_used_requests"], 0)   # nothing in flight
+        self.assertEqual(stats["ring_used_responses"], 0)
 
     def test_purges_count_by_kind_and_feed_the_latency_histogram(self):
         for path in ("/x", "/w/1", "/w/2"):
