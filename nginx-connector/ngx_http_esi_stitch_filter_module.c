@@ -49,16 +49,22 @@ typedef struct {
     ngx_chain_t               *busy;
     ngx_buf_t                 *zbuf;        /* deflate writes here */
     ngx_uint_t                 bufs;        /* zbufs allocated */
+    ngx_event_t                release;     /* ctx->out goes, posted */
 
     unsigned                   started:1;   /* the gzip header is out */
     unsigned                   zinit:1;
     unsigned                   live:1;      /* deflated since a full flush */
     unsigned                   done:1;
+    unsigned                   releasing:1;
 } ngx_http_esi_stitch_ctx_t;
 
 
 static ngx_int_t ngx_http_esi_stitch_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_uint_t ngx_http_esi_stitch_hold(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx);
+static void ngx_http_esi_stitch_release(ngx_event_t *ev);
+static void ngx_http_esi_stitch_cleanup(void *data);
 static ngx_int_t ngx_http_esi_stitch_weave(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_stitch_take(ngx_http_request_t *r,
@@ -275,12 +281,21 @@ ngx_http_esi_stitch_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
             break;
         }
 
+        if (woven == NGX_OK && ngx_http_esi_stitch_hold(r, ctx)) {
+            rc = NGX_AGAIN;
+            break;
+        }
+
         /*
          * out of buffers with nothing new, this pushes the busy ones:
          * what the writer frees, deflate goes on in
          */
 
         rc = ngx_http_next_body_filter(r, ctx->out);
+
+        if (ctx->release.posted) {
+            ngx_delete_posted_event(&ctx->release);
+        }
 
         if (rc == NGX_ERROR) {
             goto failed;
@@ -295,7 +310,9 @@ ngx_http_esi_stitch_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    if (ctx->in || ctx->zstream.avail_in || ctx->flush != Z_NO_FLUSH) {
+    if (ctx->in || ctx->out || ctx->zstream.avail_in
+        || ctx->flush != Z_NO_FLUSH)
+    {
         r->connection->buffered |= NGX_HTTP_GZIP_BUFFERED;
 
     } else {
@@ -326,6 +343,94 @@ failed:
     r->connection->buffered &= ~NGX_HTTP_GZIP_BUFFERED;
 
     return NGX_ERROR;
+}
+
+
+/*
+ * What the page sends goes at the next turn of the worker's event loop,
+ * in one write with whatever joined it meanwhile: the fragment a hit asks
+ * for in this turn is mostly back by the next one when the worker is busy,
+ * so the page goes in one write rather than one before the fragment and
+ * one after (the client woken once), and when it is not, the wait is a
+ * turn with nothing to do.  The end of the response and a flush go at
+ * once, and so does everything when the output buffers run out.
+ */
+
+static ngx_uint_t
+ngx_http_esi_stitch_hold(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx)
+{
+    ngx_chain_t         *cl;
+    ngx_pool_cleanup_t  *cln;
+
+    if (ctx->releasing) {
+        return 0;
+    }
+
+    for (cl = ctx->out; cl; cl = cl->next) {
+        if (cl->buf->last_buf || cl->buf->flush) {
+            return 0;
+        }
+    }
+
+    if (ctx->release.handler == NULL) {
+        cln = ngx_pool_cleanup_add(r->pool, 0);
+        if (cln == NULL) {
+            return 0;
+        }
+
+        cln->handler = ngx_http_esi_stitch_cleanup;
+        cln->data = ctx;
+
+        ctx->release.handler = ngx_http_esi_stitch_release;
+        ctx->release.data = r;
+        ctx->release.log = r->connection->log;
+    }
+
+    if (!ctx->release.posted) {
+        ngx_post_event(&ctx->release, &ngx_posted_next_events);
+    }
+
+    return 1;
+}
+
+
+static void
+ngx_http_esi_stitch_release(ngx_event_t *ev)
+{
+    ngx_int_t                   rc;
+    ngx_connection_t           *c;
+    ngx_http_request_t         *r;
+    ngx_http_esi_stitch_ctx_t  *ctx;
+
+    r = ev->data;
+    c = r->connection;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_esi_stitch_filter_module);
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0, "esi stitch release");
+
+    ctx->releasing = 1;
+    rc = ngx_http_esi_stitch_body_filter(r, NULL);
+    ctx->releasing = 0;
+
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_ERROR);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* a request over before its turn came takes its event off the queue */
+
+static void
+ngx_http_esi_stitch_cleanup(void *data)
+{
+    ngx_http_esi_stitch_ctx_t  *ctx = data;
+
+    if (ctx->release.posted) {
+        ngx_delete_posted_event(&ctx->release);
+    }
 }
 
 

@@ -350,8 +350,8 @@ class SlowClient:
                           b"\r\n\r\n" % path.encode())
         self.data = self.sock.recv(1024)
 
-    def read_all(self, size=1 << 20):
-        """The dechunked body, read `size` bytes at a time; self.head
+    def read_chunks(self, size=1 << 20):
+        """The body's chunks, read `size` bytes at a time; self.head
         has the response's head."""
         while True:
             chunk = self.sock.recv(size)
@@ -361,17 +361,22 @@ class SlowClient:
         self.sock.close()
         self.head, _, body = self.data.partition(b"\r\n\r\n")
         assert b"Transfer-Encoding: chunked" in self.head, self.head
-        return dechunk(body)
+        return chunks(body)
+
+    def read_all(self, size=1 << 20):
+        """The dechunked body (see read_chunks)."""
+        return b"".join(self.read_chunks(size))
 
 
-def dechunk(data):
-    out = b""
+def chunks(data):
+    """The payloads of a chunked body, the last (empty) chunk left out."""
+    out = []
     while True:
         size, _, rest = data.partition(b"\r\n")
         n = int(size, 16)
         if n == 0:
             return out
-        out += rest[:n]
+        out.append(rest[:n])
         data = rest[n + 2:]
 
 
@@ -397,6 +402,34 @@ class StitchSlowClientTest(StitchTestCase):
                 self.assertIn(b"X-Cache-Status: " + status, client.head)
                 self.assertEqual(gunzip(raw), assembled(body).encode(),
                                  "%s, %s" % (path, status.decode()))
+
+
+class StitchOneWriteTest(StitchTestCase):
+    """A stitched response's output waits for the next turn of the
+    worker's event loop, so that what the page and its fragments send in
+    one turn goes in one write: here the fragments are answered by this
+    server, within the turn, and a hit's page must come in one chunk (the
+    chunked filter frames each write), not one before each fragment and
+    one after."""
+
+    LOCATIONS = 'location /here/ { return 200 "HERE"; }'
+    CONSTRUCTS = ['<esi:include src="/here/a"/>',
+                  '<esi:include src="/here/b"/>']
+
+    @http1_only
+    def test_a_page_and_fragments_answered_in_its_turn_go_in_one_write(self):
+        self.start()
+        runs = runs_of("w", (3000, 3000, 3000))
+        body = page(runs, self.CONSTRUCTS)
+        self.origin.route("/w", body)
+        for status in (b"MISS", b"HIT", b"HIT", b"HIT"):
+            client = SlowClient(self.port, "/w")
+            got = client.read_chunks()
+            self.assertIn(b"X-Cache-Status: " + status, client.head)
+            self.assertEqual(gunzip(b"".join(got)),
+                             "HERE".join(runs).encode())
+            if status == b"HIT":
+                self.assertEqual(len(got), 1, [len(c) for c in got])
 
 
 class StitchPinTest(StitchTestCase):
