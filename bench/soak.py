@@ -254,7 +254,15 @@ class Soak:
         rng = random.Random(-1)
         conn = Client(self.port, timeout=60)
         k = 0
-        while not self.stopping.wait(1.0):
+        # On a fixed beat, as the samples are: a period of a second plus a
+        # PURGE's round trip slid the tag purges across the samples, and
+        # the plan zone's entries, which dip by the group a tag purge
+        # removes until its pages are asked for twice, read as a drift.
+        next_at = time.monotonic()
+        while True:
+            next_at += 1.0
+            if self.stopping.wait(max(0.0, next_at - time.monotonic())):
+                break
             k += 1
             if k % 10:
                 what, headers = rng.choice(list(self.pages)), {}
