@@ -346,6 +346,8 @@ typedef struct ngx_http_esi_ctx_s {
     uint32_t                   pin;         /* ... at this slot + 1 */
     off_t                      passed;      /* fallen: input a segment sent */
     off_t                      fragment_room; /* esi_max_fragment_size left */
+    ngx_file_t                *body_file;   /* bodiless: the cache file */
+    off_t                      body_start;  /* ... and its body's offset */
 
 #if (NGX_ZLIB)
     esi_inflate_t              gunzip;      /* a gzipped body's inflate */

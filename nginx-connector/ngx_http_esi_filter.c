@@ -23,6 +23,7 @@ static ngx_int_t ngx_http_esi_fallback(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
 static ngx_uint_t ngx_http_esi_starved(ngx_http_esi_ctx_t *ctx);
+static ngx_uint_t ngx_http_esi_body_in_memory(ngx_chain_t *in);
 static ngx_int_t ngx_http_esi_own_held(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 
@@ -394,11 +395,40 @@ ngx_http_esi_feed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
     zin = NULL;
 
+    if (ctx->bodiless && !ctx->segments && ctx->received == 0
+        && ngx_http_esi_body_in_memory(in))
+    {
+        /* a filter below ESI asked for it in memory after all: it is read */
+
+        ctx->bodiless = 0;
+    }
+
     if (ctx->bodiless) {
 
-        /* the cache file's buffers, in memory or not: counted, not read */
+        /*
+         * the cache file's buffers: counted, not read; a plain client's
+         * runs go as ranges of the file (see splice_verbatim)
+         */
 
         for (cl = in; cl; cl = cl->next) {
+
+            if (!ctx->segments && ngx_buf_size(cl->buf)) {
+
+                if (ctx->body_file == NULL) {
+                    ctx->body_file = cl->buf->file;
+                    ctx->body_start = cl->buf->file_pos;
+                }
+
+                if (ngx_buf_in_memory(cl->buf)
+                    || cl->buf->file != ctx->body_file
+                    || cl->buf->file_pos != ctx->body_start + ctx->received)
+                {
+                    ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                                  "esi: a cache body not in one file");
+                    return NGX_ERROR;
+                }
+            }
+
             ctx->received += ngx_buf_size(cl->buf);
 
             if (cl->buf->last_buf) {
@@ -482,6 +512,21 @@ ngx_http_esi_feed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     return rc;
+}
+
+
+/* whether the first buffer of the body that has bytes is in memory */
+
+static ngx_uint_t
+ngx_http_esi_body_in_memory(ngx_chain_t *in)
+{
+    for ( /* void */ ; in; in = in->next) {
+        if (ngx_buf_size(in->buf)) {
+            return ngx_buf_in_memory(in->buf) || !in->buf->in_file;
+        }
+    }
+
+    return 0;
 }
 
 

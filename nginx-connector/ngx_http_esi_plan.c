@@ -307,14 +307,15 @@ local_failure:
 
 
 /*
- * A stitched hit replayed from the worker's copy, in the header filter,
- * whose plan needs none of the body's bytes: every run has its segment,
- * the rest are literals and includes.  The object's identity (its cache
- * file's inode and modification time in nanoseconds) says its bytes are
- * those the plan was recorded from, so its checks and heads are not
- * compared, and the body is not read: unless a filter above ESI needs it
- * in memory, the copy filter passes the cache file's buffer on as it is
- * (with sendfile), and the body filter only counts its bytes.
+ * A hit replayed from the worker's copy, in the header filter, whose plan
+ * needs none of the body's bytes in memory: stitched, every run has its
+ * segment; for a plain client, every run goes as a range of the cache
+ * file; the rest are literals and includes.  The object's identity (its
+ * cache file's inode and modification time in nanoseconds) says its bytes
+ * are those the plan was recorded from, so its checks and heads are not
+ * compared, and the body is not read: unless a filter needs it in memory,
+ * the copy filter passes the cache file's buffer on as it is (with
+ * sendfile), and the body filter only counts its bytes (see feed).
  */
 
 static void
@@ -326,8 +327,7 @@ ngx_http_esi_plan_trust(ngx_http_esi_ctx_t *ctx)
 
     r = ctx->request;
 
-    if (!ctx->segments || ctx->inflate || ctx->memory_above
-        || ctx->received || r != r->main)
+    if (ctx->inflate || ctx->memory_above || ctx->received || r != r->main)
     {
         return;
     }
@@ -338,8 +338,8 @@ ngx_http_esi_plan_trust(ngx_http_esi_ctx_t *ctx)
         switch (step->type) {
 
         case NGX_HTTP_ESI_VERBATIM:
-            if (step->segment.len == 0) {
-                return;
+            if (ctx->segments && step->segment.len == 0) {
+                return;     /* deflated live, from the body's bytes */
             }
 
             break;
@@ -537,7 +537,9 @@ ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx)
                 if (ctx->bodiless) {
                     /* void */
 
-                } else if (ctx->received < step->offset + (off_t) step->head_len) {
+                } else if (ctx->received
+                           < step->offset + (off_t) step->head_len)
+                {
                     if (ctx->input_done) {
                         return ngx_http_esi_plan_drop(ctx, ctx->plan_pos,
                                             "the body is shorter than planned");

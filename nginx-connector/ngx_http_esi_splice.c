@@ -546,6 +546,26 @@ ngx_http_esi_splice_verbatim(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_chain_t          *cl;
     ngx_http_esi_held_t  *h;
 
+    if (ctx->bodiless) {
+
+        /* the run as it is in the cache file, sent with sendfile */
+
+        cl = ngx_http_esi_filter_link(r, ctx);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        b = cl->buf;
+        b->in_file = 1;
+        b->file = ctx->body_file;
+        b->file_pos = ctx->body_start + offset;
+        b->file_last = ctx->body_start + end;
+
+        ctx->verbatim_end = end;
+
+        return NGX_OK;
+    }
+
     for (h = ctx->held; h && offset < end; h = h->next) {
 
         if (h->end <= offset) {

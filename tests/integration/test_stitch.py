@@ -253,10 +253,25 @@ class UnreadTestCase(StitchTestCase):
     LOCATION = (StitchTestCase.LOCATION + " esi_plan_reuse 1h; sendfile on;"
                 " error_log @@TMP@@/debug.log debug;")
     UNREAD = "the plan needs no byte of the body"
+    SENDFILE = "sendfile: @"
+
+    def logged(self, line):
+        with open(os.path.join(self.tmp, "debug.log")) as f:
+            return f.read().count(line)
 
     def unread_hits(self):
-        with open(os.path.join(self.tmp, "debug.log")) as f:
-            return f.read().count(self.UNREAD)
+        return self.logged(self.UNREAD)
+
+    def plain_hits(self, path, expected, n=3):
+        """n plain hits after the one whose plan, esid's, the worker keeps
+        (a plain client's plan is not a stitched one's); returns the hits
+        that were not read and the sendfile calls they made.  An HTTP/2
+        connection's sendfile goes to the server's log, not this one."""
+        self.hit(path, expected)
+        unread, sent = self.unread_hits(), self.logged(self.SENDFILE)
+        for _ in range(n):
+            self.hit(path, expected)
+        return self.unread_hits() - unread, self.logged(self.SENDFILE) - sent
 
 
 class StitchUnreadBodyTest(UnreadTestCase):
@@ -296,12 +311,21 @@ class StitchUnreadBodyTest(UnreadTestCase):
                              (runs[0] + "A" + runs[1]).encode())
         self.assertEqual(self.unread_hits(), 0)
 
-    def test_a_client_without_gzip_reads_the_body(self):
+    def test_a_client_without_gzip_gets_the_runs_from_the_cache_file(self):
+        """Its runs go as ranges of the cache file, with sendfile, between
+        the constructs' output: the body is not read either."""
         body = page(runs_of("p"))
         self.warm("/p", body)
-        for _ in range(3):
-            self.hit("/p", assembled(body))
-        self.assertEqual(self.unread_hits(), 0)
+        unread, sent = self.plain_hits("/p", assembled(body))
+        self.assertEqual(unread, 3)
+        if not self.HTTP2:
+            self.assertGreaterEqual(sent, 3)
+
+    def test_a_page_that_begins_and_ends_with_a_construct(self):
+        runs = runs_of("c")
+        body = CONSTRUCTS[0] + page(runs) + CONSTRUCTS[2]
+        self.warm("/c", body)
+        self.assertEqual(self.plain_hits("/c", assembled(body))[0], 3)
 
 
 class StitchUnreadBelowSubFilterTest(UnreadTestCase):
@@ -316,7 +340,41 @@ class StitchUnreadBelowSubFilterTest(UnreadTestCase):
         self.origin.route("/f", body)
         for status in ("MISS", "HIT", "HIT", "HIT", "HIT"):
             self.assertEqual(gunzip(self.gz("/f", status)), expected)
+        self.assertEqual(self.plain_hits("/f", expected.decode()), (0, 0))
         self.assertEqual(self.unread_hits(), 0)
+
+
+class StitchUnreadWithoutSendfileTest(UnreadTestCase):
+    """Without sendfile the copy filter reads the cache file into memory
+    for every client: a plain client's body is then held as any other."""
+    LOCATION = UnreadTestCase.LOCATION.replace("sendfile on;",
+                                               "sendfile off;")
+
+    def test_a_body_read_into_memory_below_is_held(self):
+        runs = runs_of("m")
+        body = CONSTRUCTS[0] + page(runs)
+        self.warm("/m", body)
+        self.assertEqual(self.plain_hits("/m", assembled(body))[1], 0)
+        for _ in range(3):
+            self.assertEqual(gunzip(self.gz("/m")), assembled(body).encode())
+
+
+class UnreadGzipFilterTest(UnreadTestCase):
+    """Without esi_stitch NGINX's gzip filter, below ESI, compresses the
+    page and asks for the body in memory after ESI's header filter ran."""
+    LOCATION = ("esi_plan plans; esi_stitch off; esi_plan_reuse 1h;"
+                " sendfile on; gzip on; error_log @@TMP@@/debug.log debug;")
+
+    def test_a_gzip_client_gets_the_page_gzipped_by_nginx(self):
+        runs = runs_of("g")
+        body = page(runs)
+        self.origin.route("/g", body)
+        for status in ("MISS", "HIT", "HIT", "HIT", "HIT"):
+            code, hdrs, raw = self.get("/g", GZIP)
+            self.assertEqual(hdrs.get("X-Cache-Status"), status)
+            self.assertEqual(hdrs.get("Content-Encoding"), "gzip")
+            self.assertEqual(gunzip(raw), assembled(body).encode())
+        self.assertEqual(self.stats_json()["stitched"], 0)
 
 
 class StitchEvictionTest(StitchTestCase):
