@@ -359,6 +359,18 @@ class StitchUnreadWithoutSendfileTest(UnreadTestCase):
             self.assertEqual(gunzip(self.gz("/m")), assembled(body).encode())
 
 
+class StitchUnreadAioThreadsTest(UnreadTestCase):
+    """With aio threads NGINX's sendfile runs in its thread pool: the
+    ranges of a plain client's hit go there one after another."""
+    LOCATION = UnreadTestCase.LOCATION + " aio threads;"
+
+    def test_a_plain_clients_ranges_go_through_the_thread_pool(self):
+        runs = runs_of("a", (300000, 200000, 400000, 150, 500))
+        body = page(runs)
+        self.warm("/a", body)
+        self.assertEqual(self.plain_hits("/a", assembled(body))[0], 3)
+
+
 class UnreadGzipFilterTest(UnreadTestCase):
     """Without esi_stitch NGINX's gzip filter, below ESI, compresses the
     page and asks for the body in memory after ESI's header filter ran."""
