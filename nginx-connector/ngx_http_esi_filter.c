@@ -26,6 +26,7 @@ static ngx_uint_t ngx_http_esi_starved(ngx_http_esi_ctx_t *ctx);
 static ngx_uint_t ngx_http_esi_body_in_memory(ngx_chain_t *in);
 static ngx_int_t ngx_http_esi_own_held(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_push(ngx_http_request_t *r);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -1149,6 +1150,67 @@ ngx_http_esi_own_held(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 }
 
 
+/*
+ * A response that mixed memory with ranges of a file (a plain client's
+ * hit replayed from its plan, an include served from a file) went out
+ * corked, with tcp_nopush.  On Linux NGINX uncorks a keepalive connection
+ * but leaves Nagle's algorithm on, and the response's last short segment
+ * then waits for the client's delayed ACK, 40 ms a request (an earlier
+ * short one, where memory and file met, is unacknowledged): once the
+ * whole response is with the kernel, TCP_NODELAY, as tcp_nodelay asks,
+ * sends it at once, and NGINX turns it off again before it next corks.
+ * An include whose location has tcp_nopush off marks the connection so
+ * while it is corked, and NGINX would never uncork it: it is uncorked
+ * here (a Unix socket's connection is marked so from the start).
+ */
+
+static ngx_int_t
+ngx_http_esi_push(ngx_http_request_t *r)
+{
+    ngx_connection_t          *c;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    c = r->connection;
+
+    if (ngx_http_get_module_ctx(r, ngx_http_esi_module) == NULL) {
+        return NGX_OK;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
+        return NGX_OK;
+    }
+#endif
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    switch (c->tcp_nopush) {
+
+    case NGX_TCP_NOPUSH_SET:
+        if (clcf->tcp_nodelay) {
+            (void) ngx_tcp_nodelay(c);
+        }
+
+        break;
+
+    case NGX_TCP_NOPUSH_DISABLED:
+        if (clcf->tcp_nopush && c->tcp_nodelay != NGX_TCP_NODELAY_DISABLED
+            && ngx_tcp_push(c->fd) == -1)
+        {
+            ngx_connection_error(c, ngx_socket_errno,
+                                 ngx_tcp_push_n " failed");
+        }
+
+        break;
+
+    default: /* NGX_TCP_NOPUSH_UNSET */
+        break;
+    }
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_esi_filter_init(ngx_conf_t *cf)
 {
@@ -1163,6 +1225,13 @@ ngx_http_esi_filter_init(ngx_conf_t *cf)
     }
 
     *h = ngx_http_esi_surrogate_capability;
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_esi_push;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_esi_header_filter;

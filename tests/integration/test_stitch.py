@@ -4,19 +4,24 @@ as they are and deflate only what is not one (fragments, literals), with
 the trailer's CRC folded.  Every gzip response here is read back through
 zlib, which checks the CRC-32 and the length."""
 
+import ctypes
 import hashlib
+import http.client
 import json
 import os
 import socket
 import zlib
 
-from harness import EsiTestCase, add_http2_variants, http1_only, poll
+from harness import (REQUEST_TIMEOUT, EsiTestCase, add_http2_variants,
+                     http1_only, poll)
 from test_plan import PlanTestCase
 
 GZIP = {"Accept-Encoding": "gzip"}
 LEVEL = 6                   # esi_stitch_level's default
 HEAD = 32                   # bytes of a run checked before its segment
 MIN_RUN = 128               # shorter runs are deflated live
+LIBC = ctypes.CDLL(None, use_errno=True)
+SYS_PIDFD_GETFD = 438       # the same number on every architecture
 
 
 def text(seed, size):
@@ -369,6 +374,78 @@ class StitchUnreadAioThreadsTest(UnreadTestCase):
         body = page(runs)
         self.warm("/a", body)
         self.assertEqual(self.plain_hits("/a", assembled(body))[0], 3)
+
+
+class StitchUnreadKeepaliveTest(UnreadTestCase):
+    """A plain client's hit mixes ranges of the cache file with memory, so
+    NGINX corks it (tcp_nopush).  Uncorking a keepalive connection NGINX
+    leaves Nagle's algorithm on, and the response's last short segment
+    would wait for the client's delayed ACK; an include in a location
+    without tcp_nopush (here, all of them) marks the connection so that
+    NGINX never uncorks it.  Either way the worker's end of the connection
+    is uncorked, with TCP_NODELAY, once the response is out."""
+    LOCATION = UnreadTestCase.LOCATION + " tcp_nopush on;"
+
+    def worker_end(self, client):
+        """A copy (pidfd_getfd) of the worker's descriptor for `client`'s
+        connection, as a socket."""
+        rem = "0100007F:%04X" % client.getsockname()[1]
+        with open("/proc/net/tcp") as f:
+            inode = next(line.split()[9] for line in f
+                         if line.split()[2] == rem)
+        for pid in self.worker_pids():
+            for fd in os.listdir("/proc/%d/fd" % pid):
+                try:
+                    link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+                except OSError:
+                    continue
+                if link != "socket:[%s]" % inode:
+                    continue
+                pidfd = os.pidfd_open(pid)
+                try:
+                    copy = LIBC.syscall(SYS_PIDFD_GETFD, pidfd, int(fd), 0)
+                finally:
+                    os.close(pidfd)
+                if copy < 0:
+                    self.skipTest("pidfd_getfd: %s"
+                                  % os.strerror(ctypes.get_errno()))
+                return socket.socket(fileno=copy)
+        self.fail("no worker holds the connection's socket")
+
+    def options(self, sock):
+        return tuple(sock.getsockopt(socket.IPPROTO_TCP, option)
+                     for option in (socket.TCP_CORK, socket.TCP_NODELAY))
+
+    @http1_only
+    def test_a_keepalive_connection_is_left_without_nagle(self):
+        body = page(runs_of("k", (30000, 300, 20000, 150, 9000)))
+        self.warm("/k", body)
+        self.hit("/k", assembled(body))         # the plan the worker keeps
+        conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                          timeout=REQUEST_TIMEOUT)
+        unread = self.unread_hits()
+        try:
+            for _ in range(3):
+                conn.request("GET", "/k")
+                resp = conn.getresponse()
+                self.assertEqual(resp.read(), assembled(body).encode())
+                worker = self.worker_end(conn.sock)
+                try:
+                    # NGINX's keepalive handler, after the log phase
+                    self.assertTrue(poll(lambda: self.options(worker)
+                                         == (0, 1)), self.options(worker))
+                finally:
+                    worker.close()
+        finally:
+            conn.close()
+        self.assertEqual(self.unread_hits() - unread, 3)
+
+
+class StitchUnreadKeepaliveNopushTest(StitchUnreadKeepaliveTest):
+    """The same with tcp_nopush on everywhere, as Debian's nginx.conf has
+    it."""
+    HTTP = StitchUnreadKeepaliveTest.HTTP + " tcp_nopush on;"
+    LOCATION = UnreadTestCase.LOCATION
 
 
 class UnreadGzipFilterTest(UnreadTestCase):
