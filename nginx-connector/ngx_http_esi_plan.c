@@ -9,6 +9,10 @@
 #include "ngx_http_esi.h"
 
 
+/* a plain client's runs go as ranges of the cache file if they average this */
+#define NGX_HTTP_ESI_RANGE_MIN  32768
+
+
 static ngx_int_t ngx_http_esi_plan_segment(ngx_http_esi_ctx_t *ctx,
     esi_wire_struct_t *step, ngx_str_t *room, ngx_http_esi_step_t *out);
 static u_char *ngx_http_esi_plan_copy(ngx_http_request_t *r, ngx_str_t *room,
@@ -315,13 +319,16 @@ local_failure:
  * are those the plan was recorded from, so its checks and heads are not
  * compared, and the body is not read: unless a filter needs it in memory,
  * the copy filter passes the cache file's buffer on as it is (with
- * sendfile), and the body filter only counts its bytes (see feed).
+ * sendfile), and the body filter only counts its bytes (see feed).  A
+ * plain client's runs go as ranges only when they are long: a sendfile
+ * call a run costs more than copying runs shorter than an output buffer.
  */
 
 static void
 ngx_http_esi_plan_trust(ngx_http_esi_ctx_t *ctx)
 {
-    ngx_uint_t            i;
+    off_t                 run_bytes;
+    ngx_uint_t            i, runs;
     ngx_http_request_t   *r;
     ngx_http_esi_step_t  *step;
 
@@ -331,6 +338,9 @@ ngx_http_esi_plan_trust(ngx_http_esi_ctx_t *ctx)
     {
         return;
     }
+
+    runs = 0;
+    run_bytes = 0;
 
     for (i = 0; i < ctx->nsteps; i++) {
         step = &ctx->steps[i];
@@ -342,6 +352,8 @@ ngx_http_esi_plan_trust(ngx_http_esi_ctx_t *ctx)
                 return;     /* deflated live, from the body's bytes */
             }
 
+            runs++;
+            run_bytes += step->length;
             break;
 
         case NGX_HTTP_ESI_CHECK:
@@ -352,6 +364,11 @@ ngx_http_esi_plan_trust(ngx_http_esi_ctx_t *ctx)
         default: /* a try: its attempt is held, from the body's bytes */
             return;
         }
+    }
+
+    if (!ctx->segments && run_bytes < (off_t) (runs * NGX_HTTP_ESI_RANGE_MIN))
+    {
+        return;     /* copied: cheaper than a sendfile call a short run */
     }
 
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,

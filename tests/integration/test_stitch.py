@@ -20,6 +20,7 @@ GZIP = {"Accept-Encoding": "gzip"}
 LEVEL = 6                   # esi_stitch_level's default
 HEAD = 32                   # bytes of a run checked before its segment
 MIN_RUN = 128               # shorter runs are deflated live
+LONG_RUNS = (50000, 300, 80000, 150, 40000)  # past a plain range's 32 KB mean
 LIBC = ctypes.CDLL(None, use_errno=True)
 SYS_PIDFD_GETFD = 438       # the same number on every architecture
 
@@ -319,7 +320,7 @@ class StitchUnreadBodyTest(UnreadTestCase):
     def test_a_client_without_gzip_gets_the_runs_from_the_cache_file(self):
         """Its runs go as ranges of the cache file, with sendfile, between
         the constructs' output: the body is not read either."""
-        body = page(runs_of("p"))
+        body = page(runs_of("p", LONG_RUNS))
         self.warm("/p", body)
         unread, sent = self.plain_hits("/p", assembled(body))
         self.assertEqual(unread, 3)
@@ -327,10 +328,17 @@ class StitchUnreadBodyTest(UnreadTestCase):
             self.assertGreaterEqual(sent, 3)
 
     def test_a_page_that_begins_and_ends_with_a_construct(self):
-        runs = runs_of("c")
+        runs = runs_of("c", LONG_RUNS)
         body = CONSTRUCTS[0] + page(runs) + CONSTRUCTS[2]
         self.warm("/c", body)
         self.assertEqual(self.plain_hits("/c", assembled(body))[0], 3)
+
+    def test_a_client_without_gzip_gets_short_runs_copied(self):
+        """Runs shorter than 32 KB on average are read and copied: a
+        sendfile call a run would cost more."""
+        body = page(runs_of("q", (20000, 300, 20000, 150, 20000)))
+        self.warm("/q", body)
+        self.assertEqual(self.plain_hits("/q", assembled(body)), (0, 0))
 
 
 class StitchUnreadBelowSubFilterTest(UnreadTestCase):
@@ -339,7 +347,7 @@ class StitchUnreadBelowSubFilterTest(UnreadTestCase):
                 " sub_filter_types text/html; sub_filter 'kept' 'KEPT';")
 
     def test_a_filter_above_that_needs_the_body_has_it(self):
-        runs = runs_of("f")
+        runs = runs_of("f", LONG_RUNS)
         body = page(runs)
         expected = assembled(body).replace("kept", "KEPT").encode()
         self.origin.route("/f", body)
@@ -356,7 +364,7 @@ class StitchUnreadWithoutSendfileTest(UnreadTestCase):
                                                "sendfile off;")
 
     def test_a_body_read_into_memory_below_is_held(self):
-        runs = runs_of("m")
+        runs = runs_of("m", LONG_RUNS)
         body = CONSTRUCTS[0] + page(runs)
         self.warm("/m", body)
         self.assertEqual(self.plain_hits("/m", assembled(body))[1], 0)
@@ -418,7 +426,7 @@ class StitchUnreadKeepaliveTest(UnreadTestCase):
 
     @http1_only
     def test_a_keepalive_connection_is_left_without_nagle(self):
-        body = page(runs_of("k", (30000, 300, 20000, 150, 9000)))
+        body = page(runs_of("k", LONG_RUNS))
         self.warm("/k", body)
         self.hit("/k", assembled(body))         # the plan the worker keeps
         conn = http.client.HTTPConnection("127.0.0.1", self.port,
@@ -455,7 +463,7 @@ class UnreadGzipFilterTest(UnreadTestCase):
                 " sendfile on; gzip on; error_log @@TMP@@/debug.log debug;")
 
     def test_a_gzip_client_gets_the_page_gzipped_by_nginx(self):
-        runs = runs_of("g")
+        runs = runs_of("g", LONG_RUNS)
         body = page(runs)
         self.origin.route("/g", body)
         for status in ("MISS", "HIT", "HIT", "HIT", "HIT"):
