@@ -397,10 +397,14 @@ class StitchUnreadKeepaliveTest(UnreadTestCase):
     def worker_end(self, client):
         """A copy (pidfd_getfd) of the worker's descriptor for `client`'s
         connection, as a socket."""
-        rem = "0100007F:%04X" % client.getsockname()[1]
+        ends = ("0100007F:%04X" % self.port,
+                "0100007F:%04X" % client.getsockname()[1])
         with open("/proc/net/tcp") as f:
+            # established (01): an earlier connection from the same port
+            # may linger in TIME_WAIT, with no inode
             inode = next(line.split()[9] for line in f
-                         if line.split()[2] == rem)
+                         if tuple(line.split()[1:3]) == ends
+                         and line.split()[3] == "01")
         for pid in self.worker_pids():
             for fd in os.listdir("/proc/%d/fd" % pid):
                 try:
