@@ -36,10 +36,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
 # The tests import free_port, poll, STOP_BOUND and the rest from here.
 from esitest import (  # noqa: E402,F401
     NGINX, STOP_BOUND, DidNotStart, Process, SlowClient, SlowClients,
-    esid_bound_kib, fill, free_port, has_tcp_connections, memory_kib,
-    nginx_fd_counts, open_fds, poll, sanitized, start_nginx, start_on_socket,
-    start_on_port, tcp_port_answers, tcp_states, worker_bound_kib,
-    worker_pids)
+    esid_bound_kib, fill, free_port, has_tcp_connections, held_socket,
+    memory_kib, nginx_fd_counts, open_fds, poll, sanitized, start_nginx,
+    start_on_socket, start_on_port, tcp_port_answers, tcp_states,
+    worker_bound_kib, worker_pids)
 from esitest import read_text as _read  # noqa: E402
 from esitest import h2  # noqa: E402
 

@@ -4,7 +4,6 @@ as they are and deflate only what is not one (fragments, literals), with
 the trailer's CRC folded.  Every gzip response here is read back through
 zlib, which checks the CRC-32 and the length."""
 
-import ctypes
 import hashlib
 import http.client
 import json
@@ -13,7 +12,7 @@ import socket
 import zlib
 
 from harness import (REQUEST_TIMEOUT, EsiTestCase, add_http2_variants,
-                     http1_only, poll)
+                     held_socket, http1_only, poll)
 from test_plan import PlanTestCase
 
 GZIP = {"Accept-Encoding": "gzip"}
@@ -21,8 +20,6 @@ LEVEL = 6                   # esi_stitch_level's default
 HEAD = 32                   # bytes of a run checked before its segment
 MIN_RUN = 128               # shorter runs are deflated live
 LONG_RUNS = (50000, 300, 80000, 150, 40000)  # past a plain range's 32 KB mean
-LIBC = ctypes.CDLL(None, use_errno=True)
-SYS_PIDFD_GETFD = 438       # the same number on every architecture
 
 
 def text(seed, size):
@@ -395,34 +392,15 @@ class StitchUnreadKeepaliveTest(UnreadTestCase):
     LOCATION = UnreadTestCase.LOCATION + " tcp_nopush on;"
 
     def worker_end(self, client):
-        """A copy (pidfd_getfd) of the worker's descriptor for `client`'s
-        connection, as a socket."""
-        ends = ("0100007F:%04X" % self.port,
-                "0100007F:%04X" % client.getsockname()[1])
-        with open("/proc/net/tcp") as f:
-            # established (01): an earlier connection from the same port
-            # may linger in TIME_WAIT, with no inode
-            inode = next(line.split()[9] for line in f
-                         if tuple(line.split()[1:3]) == ends
-                         and line.split()[3] == "01")
-        for pid in self.worker_pids():
-            for fd in os.listdir("/proc/%d/fd" % pid):
-                try:
-                    link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
-                except OSError:
-                    continue
-                if link != "socket:[%s]" % inode:
-                    continue
-                pidfd = os.pidfd_open(pid)
-                try:
-                    copy = LIBC.syscall(SYS_PIDFD_GETFD, pidfd, int(fd), 0)
-                finally:
-                    os.close(pidfd)
-                if copy < 0:
-                    self.skipTest("pidfd_getfd: %s"
-                                  % os.strerror(ctypes.get_errno()))
-                return socket.socket(fileno=copy)
-        self.fail("no worker holds the connection's socket")
+        """The worker's end of `client`'s connection (a copy of its
+        descriptor)."""
+        try:
+            worker = held_socket(self.worker_pids(), self.port,
+                                 client.getsockname()[1])
+        except OSError as e:
+            self.skipTest(str(e))
+        self.assertIsNotNone(worker, "no worker holds the connection")
+        return worker
 
     def options(self, sock):
         return tuple(sock.getsockopt(socket.IPPROTO_TCP, option)

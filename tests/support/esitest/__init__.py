@@ -12,8 +12,8 @@ from .bounds import esid_bound_kib, worker_bound_kib
 from .net import free_port, tcp_port_answers, unix_socket_answers
 from .process import (START_BOUND, STOP_BOUND, Process, descendants, poll,
                       read_text, worker_pids)
-from .resources import (has_tcp_connections, memory_kib, nginx_fd_counts,
-                        open_fds, sanitized, tcp_states)
+from .resources import (has_tcp_connections, held_socket, memory_kib,
+                        nginx_fd_counts, open_fds, sanitized, tcp_states)
 from .slow_clients import SlowClient, SlowClients
 from .servers import (NGINX, DidNotStart, fill, start_nginx, start_on_port,
                       start_on_socket)
@@ -21,9 +21,8 @@ from .servers import (NGINX, DidNotStart, fill, start_nginx, start_on_port,
 __all__ = [
     "DidNotStart", "NGINX", "Process", "START_BOUND", "STOP_BOUND",
     "SlowClient", "SlowClients", "descendants", "esid_bound_kib", "fill",
-    "free_port", "has_tcp_connections", "memory_kib", "nginx_fd_counts",
-    "open_fds", "poll",
-    "read_text", "sanitized", "start_nginx", "start_on_port",
-    "start_on_socket", "tcp_port_answers", "tcp_states",
-    "unix_socket_answers", "worker_bound_kib", "worker_pids",
+    "free_port", "has_tcp_connections", "held_socket", "memory_kib",
+    "nginx_fd_counts", "open_fds", "poll", "read_text", "sanitized",
+    "start_nginx", "start_on_port", "start_on_socket", "tcp_port_answers",
+    "tcp_states", "unix_socket_answers", "worker_bound_kib", "worker_pids",
 ]

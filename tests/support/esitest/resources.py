@@ -2,29 +2,39 @@
 its memory (tests/integration/test_resources.py, test_slow_clients.py and
 the soak and slow-client benchmarks read them the same way)."""
 
+import ctypes
 import os
 import re
+import socket
 
 from .process import descendants, read_text, worker_pids
 
 TCP_LISTEN = "0A"
+TCP_ESTABLISHED = "01"
+SYS_PIDFD_GETFD = 438       # the same number on every architecture
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def open_fds(pid):
-    """What each open fd of `pid` is (readlink of /proc/PID/fd/N); empty
-    once it is gone."""
+def fds(pid):
+    """fd number -> what it is (readlink of /proc/PID/fd/N); empty once
+    `pid` is gone."""
     fd_dir = "/proc/%d/fd" % pid
-    targets = []
+    targets = {}
     try:
         names = os.listdir(fd_dir)
     except OSError:
         return targets
     for name in names:
         try:
-            targets.append(os.readlink(os.path.join(fd_dir, name)))
+            targets[int(name)] = os.readlink(os.path.join(fd_dir, name))
         except OSError:
             pass  # closed meanwhile
     return targets
+
+
+def open_fds(pid):
+    """What each open fd of `pid` is; empty once it is gone."""
+    return list(fds(pid).values())
 
 
 def tcp_states():
@@ -35,6 +45,34 @@ def tcp_states():
             fields = line.split()
             states[fields[9]] = fields[3]
     return states
+
+
+def held_socket(pids, port, peer_port):
+    """A copy (pidfd_getfd) of the descriptor one of `pids` holds for the
+    established connection from 127.0.0.1:peer_port to 127.0.0.1:port, as
+    a socket; None if none holds it.  OSError if the kernel refuses the
+    copy."""
+    ends = ["0100007F:%04X" % port, "0100007F:%04X" % peer_port]
+    # an earlier connection from the same port may linger in TIME_WAIT,
+    # with no inode
+    inodes = {"socket:[%s]" % fields[9]
+              for fields in map(str.split,
+                                read_text("/proc/net/tcp").splitlines()[1:])
+              if fields[1:3] == ends and fields[3] == TCP_ESTABLISHED}
+    for pid in pids:
+        for fd, target in fds(pid).items():
+            if target not in inodes:
+                continue
+            pidfd = os.pidfd_open(pid)
+            try:
+                copy = LIBC.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+            finally:
+                os.close(pidfd)
+            if copy < 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, "pidfd_getfd: " + os.strerror(errno))
+            return socket.socket(fileno=copy)
+    return None
 
 
 def has_tcp_connections(pid, states):
