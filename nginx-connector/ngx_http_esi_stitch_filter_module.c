@@ -32,9 +32,27 @@
  */
 #define NGX_HTTP_ESI_STITCH_MEMLEVEL   5
 
+/*
+ * Deflate streams a worker keeps between responses, reset.  A stitched
+ * hit deflates only its fragments, mostly a few hundred bytes, and setting
+ * up zlib's state for them (144 KB from malloc, and fresh pages) cost more
+ * than deflating them.  A response takes one with its first byte to
+ * deflate and gives it back with its trailer, or when it is over.
+ */
+#define NGX_HTTP_ESI_STITCH_IDLE       8
+
+
+typedef struct ngx_http_esi_stitch_zstream_s  ngx_http_esi_stitch_zstream_t;
+
+struct ngx_http_esi_stitch_zstream_s {
+    z_stream                        zstream;
+    ngx_uint_t                      level;
+    ngx_http_esi_stitch_zstream_t  *next;   /* the idle ones */
+};
+
 
 typedef struct {
-    z_stream                   zstream;
+    ngx_http_esi_stitch_zstream_t *z;       /* while deflating */
     ngx_uint_t                 level;
     uLong                      crc;
     uint32_t                   size;        /* plaintext bytes, mod 2^32 */
@@ -52,7 +70,6 @@ typedef struct {
     ngx_event_t                release;     /* ctx->out goes, posted */
 
     unsigned                   started:1;   /* the gzip header is out */
-    unsigned                   zinit:1;
     unsigned                   live:1;      /* deflated since a full flush */
     unsigned                   done:1;
     unsigned                   releasing:1;
@@ -81,10 +98,14 @@ static ngx_int_t ngx_http_esi_stitch_constant(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx, u_char *data, size_t len);
 static ngx_int_t ngx_http_esi_stitch_zbuf_out(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx);
-static void *ngx_http_esi_stitch_alloc(void *opaque, u_int items,
+static ngx_http_esi_stitch_zstream_t *ngx_http_esi_stitch_zstream_get(
+    ngx_http_request_t *r, ngx_uint_t level);
+static void ngx_http_esi_stitch_zstream_put(ngx_http_esi_stitch_zstream_t *z);
+static void *ngx_http_esi_stitch_zalloc(void *opaque, u_int items,
     u_int size);
-static void ngx_http_esi_stitch_free(void *opaque, void *address);
+static void ngx_http_esi_stitch_zfree(void *opaque, void *address);
 static ngx_int_t ngx_http_esi_stitch_init(ngx_conf_t *cf);
+static void ngx_http_esi_stitch_exit_process(ngx_cycle_t *cycle);
 
 
 static ngx_http_module_t  ngx_http_esi_stitch_filter_module_ctx = {
@@ -112,7 +133,7 @@ ngx_module_t  ngx_http_esi_stitch_filter_module = {
     NULL,                                  /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_esi_stitch_exit_process,      /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -134,12 +155,16 @@ static u_char  ngx_http_esi_stitch_header[10] =
 /* a final block of fixed codes holding nothing */
 static u_char  ngx_http_esi_stitch_empty_end[2] = { 0x03, 0x00 };
 
+static ngx_http_esi_stitch_zstream_t  *ngx_http_esi_stitch_idle;
+static ngx_uint_t                      ngx_http_esi_stitch_nidle;
+
 
 ngx_int_t
 ngx_http_esi_stitch_start(ngx_http_request_t *r, ngx_uint_t level)
 {
 #if (NGX_HTTP_GZIP)
     ngx_table_elt_t            *h;
+    ngx_pool_cleanup_t         *cln;
     ngx_http_esi_stitch_ctx_t  *ctx;
 
     if (r != r->main
@@ -172,6 +197,14 @@ ngx_http_esi_stitch_start(ngx_http_request_t *r, ngx_uint_t level)
     ctx->crc = crc32(0L, Z_NULL, 0);
     ctx->flush = Z_NO_FLUSH;
     ctx->last_out = &ctx->out;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_esi_stitch_cleanup;
+    cln->data = ctx;
 
     h = ngx_list_push(&r->headers_out.headers);
     if (h == NULL) {
@@ -310,7 +343,7 @@ ngx_http_esi_stitch_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    if (ctx->in || ctx->out || ctx->zstream.avail_in
+    if (ctx->in || ctx->out || (ctx->z && ctx->z->zstream.avail_in)
         || ctx->flush != Z_NO_FLUSH)
     {
         r->connection->buffered |= NGX_HTTP_GZIP_BUFFERED;
@@ -360,8 +393,7 @@ static ngx_uint_t
 ngx_http_esi_stitch_hold(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx)
 {
-    ngx_chain_t         *cl;
-    ngx_pool_cleanup_t  *cln;
+    ngx_chain_t  *cl;
 
     if (ctx->releasing) {
         return 0;
@@ -374,14 +406,6 @@ ngx_http_esi_stitch_hold(ngx_http_request_t *r,
     }
 
     if (ctx->release.handler == NULL) {
-        cln = ngx_pool_cleanup_add(r->pool, 0);
-        if (cln == NULL) {
-            return 0;
-        }
-
-        cln->handler = ngx_http_esi_stitch_cleanup;
-        cln->data = ctx;
-
         ctx->release.handler = ngx_http_esi_stitch_release;
         ctx->release.data = r;
         ctx->release.log = r->connection->log;
@@ -421,7 +445,10 @@ ngx_http_esi_stitch_release(ngx_event_t *ev)
 }
 
 
-/* a request over before its turn came takes its event off the queue */
+/*
+ * a request over before its turn came takes its event off the queue, and
+ * one over before its trailer gives its stream back
+ */
 
 static void
 ngx_http_esi_stitch_cleanup(void *data)
@@ -430,6 +457,11 @@ ngx_http_esi_stitch_cleanup(void *data)
 
     if (ctx->release.posted) {
         ngx_delete_posted_event(&ctx->release);
+    }
+
+    if (ctx->z) {
+        ngx_http_esi_stitch_zstream_put(ctx->z);
+        ctx->z = NULL;
     }
 }
 
@@ -461,7 +493,9 @@ ngx_http_esi_stitch_weave(ngx_http_request_t *r,
 
     for ( ;; ) {
 
-        if (ctx->zstream.avail_in || ctx->flush != Z_NO_FLUSH) {
+        if ((ctx->z && ctx->z->zstream.avail_in)
+            || ctx->flush != Z_NO_FLUSH)
+        {
             rc = ngx_http_esi_stitch_deflate(r, ctx);
             if (rc != NGX_OK) {
                 return rc;
@@ -522,35 +556,24 @@ ngx_http_esi_stitch_take(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    if (size && !ctx->zinit) {
-        ctx->zstream.zalloc = ngx_http_esi_stitch_alloc;
-        ctx->zstream.zfree = ngx_http_esi_stitch_free;
-        ctx->zstream.opaque = r;
-
-        if (deflateInit2(&ctx->zstream, (int) ctx->level, Z_DEFLATED,
-                         -MAX_WBITS, NGX_HTTP_ESI_STITCH_MEMLEVEL,
-                         Z_DEFAULT_STRATEGY)
-            != Z_OK)
-        {
-            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                          "esi stitch: deflateInit2() failed");
+    if (size && ctx->z == NULL) {
+        ctx->z = ngx_http_esi_stitch_zstream_get(r, ctx->level);
+        if (ctx->z == NULL) {
             return NGX_ERROR;
         }
-
-        ctx->zinit = 1;
     }
 
     if (size) {
         ctx->crc = crc32(ctx->crc, b->pos, (uInt) size);
         ctx->size += (uint32_t) size;
-        ctx->zstream.next_in = b->pos;
-        ctx->zstream.avail_in = (uInt) size;
+        ctx->z->zstream.next_in = b->pos;
+        ctx->z->zstream.avail_in = (uInt) size;
         ctx->in_buf = b;
         ctx->live = 1;
     }
 
     if (b->last_buf) {
-        if (ctx->zinit) {
+        if (ctx->z) {
             ctx->flush = Z_FINISH;
             return NGX_OK;
         }
@@ -592,8 +615,8 @@ ngx_http_esi_stitch_flushed(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        (void) deflateEnd(&ctx->zstream);
-        ctx->zinit = 0;
+        ngx_http_esi_stitch_zstream_put(ctx->z);
+        ctx->z = NULL;
 
         return ngx_http_esi_stitch_finish(r, ctx);
 
@@ -635,7 +658,7 @@ ngx_http_esi_stitch_flushed(ngx_http_request_t *r,
 
 
 /*
- * Runs deflate on what ctx->zstream holds with the flush owed, into output
+ * Runs deflate on what ctx->z holds with the flush owed, into output
  * buffers: NGX_OK when the input is used up (and the flush ended),
  * NGX_AGAIN when no buffer is free; called again, it goes on.
  */
@@ -645,7 +668,10 @@ ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx)
 {
     int         zrc;
+    z_stream   *zs;
     ngx_buf_t  *b;
+
+    zs = &ctx->z->zstream;
 
     for ( ;; ) {
 
@@ -683,10 +709,10 @@ ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
             ctx->zbuf = b;
         }
 
-        ctx->zstream.next_out = ctx->zbuf->last;
-        ctx->zstream.avail_out = (uInt) (ctx->zbuf->end - ctx->zbuf->last);
+        zs->next_out = ctx->zbuf->last;
+        zs->avail_out = (uInt) (ctx->zbuf->end - ctx->zbuf->last);
 
-        zrc = deflate(&ctx->zstream, ctx->flush);
+        zrc = deflate(zs, ctx->flush);
 
         if (zrc != Z_OK && zrc != Z_STREAM_END && zrc != Z_BUF_ERROR) {
             ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
@@ -694,21 +720,21 @@ ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        ctx->zbuf->last = ctx->zstream.next_out;
+        ctx->zbuf->last = zs->next_out;
 
         /* what zlib read is in its window: the buffer's owner may have it */
 
         if (ctx->in_buf) {
-            ctx->in_buf->pos = ctx->zstream.next_in;
+            ctx->in_buf->pos = zs->next_in;
 
-            if (ctx->zstream.avail_in == 0) {
+            if (zs->avail_in == 0) {
                 ctx->in_buf = NULL;
             }
         }
 
         /* zlib has more to write only when it filled the buffer */
 
-        if (ctx->zstream.avail_out == 0) {
+        if (zs->avail_out == 0) {
             continue;
         }
 
@@ -825,19 +851,89 @@ ngx_http_esi_stitch_zbuf_out(ngx_http_request_t *r,
 }
 
 
-static void *
-ngx_http_esi_stitch_alloc(void *opaque, u_int items, u_int size)
-{
-    ngx_http_request_t *r = opaque;
+/* an idle stream, or a new one */
 
-    return ngx_palloc(r->pool, items * size);
+static ngx_http_esi_stitch_zstream_t *
+ngx_http_esi_stitch_zstream_get(ngx_http_request_t *r, ngx_uint_t level)
+{
+    ngx_http_esi_stitch_zstream_t  *z;
+
+    z = ngx_http_esi_stitch_idle;
+
+    if (z) {
+        ngx_http_esi_stitch_idle = z->next;
+        ngx_http_esi_stitch_nidle--;
+
+        /* a reset stream has deflated nothing: the level just changes */
+
+        if (z->level == level
+            || deflateParams(&z->zstream, (int) level, Z_DEFAULT_STRATEGY)
+               == Z_OK)
+        {
+            z->level = level;
+            return z;
+        }
+
+        (void) deflateEnd(&z->zstream);
+        ngx_free(z);
+    }
+
+    z = ngx_alloc(sizeof(ngx_http_esi_stitch_zstream_t), r->connection->log);
+    if (z == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(&z->zstream, sizeof(z_stream));
+    z->zstream.zalloc = ngx_http_esi_stitch_zalloc;
+    z->zstream.zfree = ngx_http_esi_stitch_zfree;
+    z->level = level;
+
+    if (deflateInit2(&z->zstream, (int) level, Z_DEFLATED, -MAX_WBITS,
+                     NGX_HTTP_ESI_STITCH_MEMLEVEL, Z_DEFAULT_STRATEGY)
+        != Z_OK)
+    {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "esi stitch: deflateInit2() failed");
+        ngx_free(z);
+        return NULL;
+    }
+
+    return z;
+}
+
+
+/* kept reset while fewer than NGX_HTTP_ESI_STITCH_IDLE are, else freed */
+
+static void
+ngx_http_esi_stitch_zstream_put(ngx_http_esi_stitch_zstream_t *z)
+{
+    if (ngx_http_esi_stitch_nidle < NGX_HTTP_ESI_STITCH_IDLE
+        && deflateReset(&z->zstream) == Z_OK)
+    {
+        z->next = ngx_http_esi_stitch_idle;
+        ngx_http_esi_stitch_idle = z;
+        ngx_http_esi_stitch_nidle++;
+        return;
+    }
+
+    (void) deflateEnd(&z->zstream);
+    ngx_free(z);
+}
+
+
+/* zlib's state outlives the request that set it up: not from its pool */
+
+static void *
+ngx_http_esi_stitch_zalloc(void *opaque, u_int items, u_int size)
+{
+    return ngx_alloc((size_t) items * size, ngx_cycle->log);
 }
 
 
 static void
-ngx_http_esi_stitch_free(void *opaque, void *address)
+ngx_http_esi_stitch_zfree(void *opaque, void *address)
 {
-    /* the request's pool frees it */
+    ngx_free(address);
 }
 
 
@@ -861,4 +957,21 @@ ngx_http_esi_stitch_init(ngx_conf_t *cf)
     }
 
     return NGX_OK;
+}
+
+
+static void
+ngx_http_esi_stitch_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_esi_stitch_zstream_t  *z;
+
+    while (ngx_http_esi_stitch_idle) {
+        z = ngx_http_esi_stitch_idle;
+        ngx_http_esi_stitch_idle = z->next;
+
+        (void) deflateEnd(&z->zstream);
+        ngx_free(z);
+    }
+
+    ngx_http_esi_stitch_nidle = 0;
 }

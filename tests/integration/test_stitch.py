@@ -572,6 +572,74 @@ class StitchOneWriteTest(StitchTestCase):
         self.assertEqual(self.stats_json()["stitched"], 3)
 
 
+class StitchStreamReuseTest(StitchTestCase):
+    """A worker keeps the deflate streams of responses that ended, reset,
+    for the next ones (setting one up cost a stitched hit more than
+    deflating its fragments): a kept stream deflates at the level of the
+    response it serves, and carries nothing of the one it served before,
+    even one cut off in the middle of its deflate."""
+
+    LISTEN = " sndbuf=16k"
+    LOCATIONS = """
+        location /l1/ {
+            proxy_pass http://127.0.0.1:@@ORIGIN@@;
+            proxy_cache pages;
+            proxy_cache_valid 200 10m;
+            add_header X-Cache-Status $upstream_cache_status;
+            esi on;
+            esi_plan plans;
+            esi_stitch on;
+            esi_stitch_level 1;
+        }"""
+    FRAGMENT = "".join("<li>item %d, shelf %d</li>\n" % (i, i % 7)
+                       for i in range(300))
+
+    def live(self, level):
+        """The fragment as the stitch filter deflates it before a
+        segment: a fresh raw stream (memLevel 5), then a full flush."""
+        c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 5)
+        return c.compress(self.FRAGMENT.encode()) + c.flush(zlib.Z_FULL_FLUSH)
+
+    def test_a_kept_stream_deflates_at_the_level_of_its_response(self):
+        self.assertNotEqual(self.live(1), self.live(LEVEL))
+        self.origin.route("/esi/frag", self.FRAGMENT,
+                          content_type="text/plain")
+        runs = runs_of("lv", (700, 300))
+        body = runs[0] + '<esi:include src="/esi/frag"/>' + runs[1]
+        expected = (runs[0] + self.FRAGMENT + runs[1]).encode()
+        for path in ("/lv", "/l1/lv"):
+            self.origin.route(path, body)
+            for status in ("MISS", "HIT"):
+                self.assertEqual(gunzip(self.gz(path, status)), expected)
+        for _ in range(3):
+            for path, level in (("/lv", LEVEL), ("/l1/lv", 1)):
+                raw = self.gz(path)
+                self.assertEqual(gunzip(raw), expected, path)
+                self.assertTrue(self.live(level) in raw,
+                                "%s not deflated at level %d" % (path, level))
+
+    @http1_only
+    def test_a_stream_cut_off_while_deflating_comes_back_clean(self):
+        self.start()
+        big = text("big", 2000000)          # ~1 MB deflated: past the
+        self.origin.route("/esi/big", big,  # filter's buffers and sndbuf
+                          content_type="text/plain")
+        runs = runs_of("cut", (700, 300))
+        body = runs[0] + '<esi:include src="/esi/big"/>' + runs[1]
+        expected = (runs[0] + big + runs[1]).encode()
+        self.origin.route("/cut", body)
+        for status in ("MISS", "HIT", "HIT"):
+            self.assertEqual(gunzip(self.gz("/cut", status)), expected)
+        client = SlowClient(self.port, "/cut")
+        while len(client.data) < 65536:      # into the fragment's deflate
+            client.data += client.sock.recv(4096)
+        client.sock.close()
+        # its log line, then its pool's cleanup, which gives the stream back
+        self.access_log(4)
+        for _ in range(3):
+            self.assertEqual(gunzip(self.gz("/cut")), expected)
+
+
 class StitchPinTest(StitchTestCase):
     """A segment a worker is sending is never reused, also after its plan
     is evicted and the arena is short of room; a worker killed mid-send

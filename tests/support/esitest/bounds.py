@@ -21,9 +21,10 @@ def esid_bound_kib(connections, streams, ring_bytes=1 << 20, zone_bytes=0):
 
 
 # An NGINX worker: a fixed overhead (16 MiB: code, libraries, its pools,
-# the keys_zone pages it touched), the rings of its connection to esid and
-# the segment arena's pages it has sent (shared memory, counted in its
-# VmRSS once touched); and per client whose answer is under way, however
+# the keys_zone pages it touched, the up to 8 deflate streams of 144 KiB
+# the stitch filter keeps between responses), the rings of its connection
+# to esid and the segment arena's pages it has sent (shared memory, counted
+# in its VmRSS once touched); and per client whose answer is under way, however
 # slowly it reads: the page read ahead from the cache file (output_buffers,
 # 2 x 32 KiB), the buffers of a fragment being fetched (proxy_buffer_size
 # and proxy_buffers, 9 x 4 KiB) and the request's pools and contexts
