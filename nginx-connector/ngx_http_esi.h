@@ -95,6 +95,7 @@
 #define NGX_HTTP_ESI_PLAIN_OBJECTS     1024 /* a power of two */
 #define NGX_HTTP_ESI_REPLAYS           256  /* a power of two */
 #define NGX_HTTP_ESI_REPLAY_SWEEP      1000 /* expired copies go, ms */
+#define NGX_HTTP_ESI_REPORT_DELAY      100  /* esid reads reports, ms */
 #define NGX_HTTP_ESI_CHECK_MAX         4096
 #define NGX_HTTP_ESI_PLAN_BYTES        2048 /* room for checks and literals */
 #define NGX_HTTP_ESI_BATCH             16   /* links, bufs, insns allocated */
@@ -545,6 +546,7 @@ typedef struct {
     ngx_event_t                reconnect;
     ngx_event_t                wake_event;
     ngx_event_t                kick_event;  /* esid's eventfd, once */
+    ngx_event_t                report_timer; /* esid owes a read */
     ngx_msec_t                 backoff;
     ngx_err_t                  last_err;    /* of the last failed connect */
 
@@ -586,6 +588,8 @@ void ngx_http_esi_daemon_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
     const char *reason);
 void ngx_http_esi_daemon_flush(ngx_http_esi_daemon_t *d);
 ngx_int_t ngx_http_esi_daemon_post(ngx_http_esi_daemon_t *d, void *buf,
+    size_t len);
+void ngx_http_esi_daemon_report(ngx_http_esi_daemon_t *d, void *buf,
     size_t len);
 ngx_int_t ngx_http_esi_daemon_enqueue(ngx_http_esi_daemon_t *d, void *buf,
     size_t len, ngx_queue_t *before);

@@ -32,6 +32,7 @@ static ngx_int_t ngx_http_esi_response(ngx_http_esi_daemon_t *d,
     const uint8_t *p, uint32_t len);
 static ngx_int_t ngx_http_esi_flush_posted(ngx_http_esi_daemon_t *d);
 static void ngx_http_esi_daemon_kick_handler(ngx_event_t *ev);
+static void ngx_http_esi_daemon_report_handler(ngx_event_t *ev);
 static void ngx_http_esi_free_posted(ngx_http_esi_daemon_t *d);
 
 
@@ -102,6 +103,11 @@ ngx_http_esi_daemon_init_process(ngx_cycle_t *cycle)
     d->kick_event.log = cycle->log;
     d->kick_event.data = d;
 
+    d->report_timer.handler = ngx_http_esi_daemon_report_handler;
+    d->report_timer.log = cycle->log;
+    d->report_timer.data = d;
+    d->report_timer.cancelable = 1;
+
     d->replay_timer.handler = ngx_http_esi_replay_timer_handler;
     d->replay_timer.log = cycle->log;
     d->replay_timer.data = d;
@@ -132,6 +138,10 @@ ngx_http_esi_daemon_exit_process(ngx_cycle_t *cycle)
 
     if (d->replay_timer.timer_set) {
         ngx_del_timer(&d->replay_timer);
+    }
+
+    if (d->report_timer.timer_set) {
+        ngx_del_timer(&d->report_timer);
     }
 
     if (d->kick_event.posted) {
@@ -916,6 +926,10 @@ ngx_http_esi_close(ngx_http_esi_daemon_t *d)
 
     ngx_http_esi_replay_flush(d, 1);
 
+    if (d->report_timer.timer_set) {
+        ngx_del_timer(&d->report_timer);
+    }
+
     if (d->pins) {
         ngx_http_esi_daemon_unmap(d->pins);
         d->pins = NULL;
@@ -1258,6 +1272,62 @@ ngx_http_esi_daemon_post(ngx_http_esi_daemon_t *d, void *buf, size_t len)
     ngx_http_esi_daemon_flush(d);
 
     return NGX_OK;
+}
+
+
+/*
+ * Writes a report that esid need not read at once (a hit replayed from the
+ * worker's copy, for its counts and trace) without waking esid: it reads
+ * it with the next message that does, when the ring is a quarter full, or
+ * NGX_HTTP_ESI_REPORT_DELAY later; and before it answers esictl.  A busy
+ * worker's hits then cost esid no wake-up each.
+ */
+
+void
+ngx_http_esi_daemon_report(ngx_http_esi_daemon_t *d, void *buf, size_t len)
+{
+    void  *p;
+
+    if (d->state != NGX_HTTP_ESI_READY || !ngx_queue_empty(&d->posted)
+        || len > esi_ring_max_payload(&d->tx)
+        || (p = esi_ring_reserve(&d->tx, len)) == NULL)
+    {
+        (void) ngx_http_esi_daemon_post(d, buf, len);
+        return;
+    }
+
+    ngx_memcpy(p, buf, len);
+    esi_ring_commit_quiet(&d->tx, len);
+
+    if (esi_ring_used(&d->tx) > d->tx.size / 4) {
+        ngx_http_esi_daemon_report_handler(&d->report_timer);
+        return;
+    }
+
+    if (!d->report_timer.timer_set) {
+        ngx_add_timer(&d->report_timer, NGX_HTTP_ESI_REPORT_DELAY);
+    }
+}
+
+
+static void
+ngx_http_esi_daemon_report_handler(ngx_event_t *ev)
+{
+    ngx_http_esi_daemon_t  *d;
+
+    d = ev->data;
+
+    if (ev->timer_set) {
+        ngx_del_timer(ev);
+    }
+
+    if (d->state == NGX_HTTP_ESI_READY && esi_ring_wake_due(&d->tx)) {
+        d->kick = 1;
+
+        if (!d->kick_event.posted) {
+            ngx_post_event(&d->kick_event, &ngx_posted_events);
+        }
+    }
 }
 
 

@@ -413,6 +413,6 @@ ngx_http_esi_replay_report(ngx_http_esi_ctx_t *ctx)
 
     /* only counts are lost if it cannot go */
 
-    (void) ngx_http_esi_daemon_post(&ngx_http_esi_daemon, buf,
-                                    esi_wire_finish(&b));
+    ngx_http_esi_daemon_report(&ngx_http_esi_daemon, buf,
+                               esi_wire_finish(&b));
 }

@@ -59,7 +59,8 @@ struct Request {
     # The worker carried out Response.purgeOrder; stream is the order's id.
     replayed @9 :Replayed;
     # The worker replayed its own copy of a reusable plan (Plan.reusable)
-    # for a cache hit, without opening a stream.  No answer.
+    # for a cache hit, without opening a stream.  No answer; written
+    # without waking esid (proto/README.md, wake-ups).
   }
 }
 

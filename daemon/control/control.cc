@@ -36,6 +36,7 @@ void Control::handle(std::string_view command, const PeerCredentials& peer,
                        " may not control esid"});
     return;
   }
+  if (server_ != nullptr) server_->catchUp();
   if (command.substr(0, 6) == "purge ") {
     spdlog::info("control: uid {} (pid {}) asks: {}", peer.uid, peer.pid, command);
     purge(command.substr(6), false, answer);
@@ -60,14 +61,19 @@ nlohmann::json Control::counters() const {
   return stats;
 }
 
-std::string Control::metrics() const {
+std::string Control::metrics() {
+  if (server_ != nullptr) server_->catchUp();
+  return metricsPage();
+}
+
+std::string Control::metricsPage() const {
   const nlohmann::json counted = counters();
   return renderMetrics({stats_, counted, purger_.scanSeconds(), purger_.scansFailed()});
 }
 
 ControlAnswer Control::query(std::string_view command) const {
   if (command == "stats") return {true, counters().dump()};
-  if (command == "metrics") return {true, nlohmann::json{{"text", metrics()}}.dump()};
+  if (command == "metrics") return {true, nlohmann::json{{"text", metricsPage()}}.dump()};
   if (command == "log" || command.substr(0, 4) == "log ") {
     return log(command.substr(std::min<size_t>(command.size(), 4)));
   }

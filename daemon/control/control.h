@@ -42,14 +42,16 @@ class Control {
   // purges whose nodes acknowledge.
   void setFleet(Fleet* fleet) { fleet_ = fleet; }
 
-  // The workers' server, for its rings' use in metrics, and the trace
-  // `esictl log` reads.  Both must outlive the control.
-  void setServer(const Server* server) { server_ = server; }
+  // The workers' server, whose sessions read what their workers wrote
+  // without waking esid before any answer (so that counts and the trace
+  // are whole), and whose rings' use is in metrics; and the trace `esictl
+  // log` reads.  Both must outlive the control.
+  void setServer(Server* server) { server_ = server; }
   void setTrace(const TraceRing* trace) { trace_ = trace; }
 
   // The Prometheus page (metrics_page.h): GET /metrics and `esictl stats
   // --prometheus` show the same.
-  std::string metrics() const;
+  std::string metrics();
 
  private:
   bool allowed(const PeerCredentials& peer) const;
@@ -57,6 +59,7 @@ class Control {
   ControlAnswer plans(std::string_view zone) const;
   ControlAnswer log(std::string_view args) const;
   nlohmann::json counters() const;
+  std::string metricsPage() const;
   void purge(std::string_view args, bool askAcks, const ControlAnswerFn& answer);
   void fleet(std::string_view args, const ControlAnswerFn& answer);
 
@@ -68,7 +71,7 @@ class Control {
   const uid_t owner_;  // besides root, the only user allowed...
   std::optional<gid_t> group_;  // ...but for this group's members
   Fleet* fleet_ = nullptr;
-  const Server* server_ = nullptr;
+  Server* server_ = nullptr;
   const TraceRing* trace_ = nullptr;
 };
 

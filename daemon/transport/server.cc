@@ -73,6 +73,10 @@ class Server::Client {
     if (session_ && !closing_) session_->sendForget(files);
   }
 
+  void catchUp() {
+    if (session_ && !closing_) session_->catchUp();
+  }
+
   // A worker's rings; nothing for esictl's connections.
   WorkerSession::RingUse ringUse() const {
     return session_ && !closing_ ? session_->ringUse() : WorkerSession::RingUse{};
@@ -336,6 +340,10 @@ void Server::onConnection(uv_stream_t* listener, int status) {
 
 void Server::remove(Client* client) {
   clients_.remove_if([client](const auto& c) { return c.get() == client; });
+}
+
+void Server::catchUp() {
+  for (const auto& client : clients_) client->catchUp();
 }
 
 WorkerSession::RingUse Server::ringUse() const {

@@ -87,6 +87,10 @@ class Server {
   // The workers' rings: bytes waiting each way, and their size.
   WorkerSession::RingUse ringUse() const;
 
+  // Every worker's session reads what it was written without a wake-up
+  // (WorkerSession::catchUp).
+  void catchUp();
+
  private:
   class Client;
   static void onConnection(uv_stream_t* listener, int status);

@@ -235,6 +235,10 @@ void WorkerSession::shutdown() {
   uv_poll_stop(poll_);
 }
 
+void WorkerSession::catchUp() {
+  if (!stopped_) serve();
+}
+
 void WorkerSession::drainReports() {
   if (stopped_) return;  // a violation: what is left in the ring is suspect
   stopped_ = true;

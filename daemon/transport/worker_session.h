@@ -55,6 +55,11 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   // Stops serving; the session may be destroyed afterwards.
   void shutdown();
 
+  // Reads what the worker wrote without waking esid (its replayed hits'
+  // reports, which wait for the next wake-up): before esid tells anyone
+  // its counts.
+  void catchUp();
+
   // The worker's end of the socket closed.  Cache reports it wrote before
   // are still in the ring: read them, so that the zone's index stays sure.
   void drainReports();

@@ -159,11 +159,12 @@ esi_ring_reserve(esi_ring_t *r, uint32_t len)
 
 /*
  * Producer: publish a record of len bytes written at the pointer reserve()
- * returned for at least len bytes.  Returns 1 when the consumer is asleep and
- * must be woken.
+ * returned for at least len bytes, and leave a sleeping consumer asleep: for
+ * a record that can wait until the consumer wakes for another.  The producer
+ * then owes it a wake-up (esi_ring_wake_due()) within a bounded time.
  */
-static inline int
-esi_ring_commit(esi_ring_t *r, uint32_t len)
+static inline void
+esi_ring_commit_quiet(esi_ring_t *r, uint32_t len)
 {
     uint32_t  pos, need, skip, *hdr;
 
@@ -185,10 +186,47 @@ esi_ring_commit(esi_ring_t *r, uint32_t len)
     r->tail += need;
 
     __atomic_store_n(&r->ctl->tail, r->tail, __ATOMIC_RELEASE);
+}
+
+
+/*
+ * Producer: publish as esi_ring_commit_quiet() does.  Returns 1 when the
+ * consumer is asleep and must be woken.
+ */
+static inline int
+esi_ring_commit(esi_ring_t *r, uint32_t len)
+{
+    esi_ring_commit_quiet(r, len);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 
     return __atomic_exchange_n(&r->ctl->consumer_waiting, 0, __ATOMIC_ACQ_REL)
            != 0;
+}
+
+
+/*
+ * Producer that committed quietly: returns 1 when the consumer sleeps with
+ * records unread, and must be woken.
+ */
+static inline int
+esi_ring_wake_due(esi_ring_t *r)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+
+    if (__atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) == r->tail) {
+        return 0;
+    }
+
+    return __atomic_exchange_n(&r->ctl->consumer_waiting, 0, __ATOMIC_ACQ_REL)
+           != 0;
+}
+
+
+/* Producer: bytes published that the consumer has not released yet. */
+static inline uint32_t
+esi_ring_used(esi_ring_t *r)
+{
+    return r->tail - __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
 }
 
 

@@ -94,6 +94,27 @@ TEST_F(RingTest, ProducerWakesOnlyASleepingConsumer) {
   EXPECT_EQ(esi_ring_commit(&producer_, 8), 0);  // already woken once
 }
 
+TEST_F(RingTest, AQuietRecordLeavesTheConsumerAsleepUntilAWakeIsDue) {
+  EXPECT_EQ(esi_ring_wake_due(&producer_), 0);   // empty: nothing owed
+  EXPECT_EQ(esi_ring_wait_data(&consumer_), 1);  // asleep
+  ASSERT_NE(esi_ring_reserve(&producer_, 8), nullptr);
+  esi_ring_commit_quiet(&producer_, 8);
+  EXPECT_EQ(esi_ring_used(&producer_), 16u);     // header and payload
+  EXPECT_EQ(ctl_.consumer_waiting, 1u);          // still asleep
+  ASSERT_NE(esi_ring_reserve(&producer_, 8), nullptr);
+  EXPECT_EQ(esi_ring_commit(&producer_, 8), 1);  // a loud one wakes it
+  EXPECT_EQ(esi_ring_wake_due(&producer_), 0);   // woken: nothing owed
+  take();
+  take();
+  EXPECT_EQ(esi_ring_used(&producer_), 0u);
+  EXPECT_EQ(esi_ring_wait_data(&consumer_), 1);
+  EXPECT_EQ(esi_ring_wake_due(&producer_), 0);   // asleep, nothing unread
+  ASSERT_NE(esi_ring_reserve(&producer_, 8), nullptr);
+  esi_ring_commit_quiet(&producer_, 8);
+  EXPECT_EQ(esi_ring_wake_due(&producer_), 1);   // asleep with a record
+  EXPECT_EQ(esi_ring_wake_due(&producer_), 0);   // once
+}
+
 TEST_F(RingTest, ConsumerThatSeesDataDoesNotSleep) {
   put("x");
   EXPECT_EQ(esi_ring_wait_data(&consumer_), 0);
