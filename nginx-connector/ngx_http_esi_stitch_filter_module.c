@@ -41,6 +41,17 @@
  */
 #define NGX_HTTP_ESI_STITCH_IDLE       8
 
+/*
+ * A run between segments no longer than this, a fragment of a few dozen
+ * bytes as a rule, goes as a stored block: deflating it would save little
+ * and cost more than the rest of its share of the hit (Varnish sends every
+ * plain include so).  esid's segments start at the same length.
+ */
+#define NGX_HTTP_ESI_STITCH_STORED     128
+
+/* a stored block's header: BFINAL and BTYPE 00 in a byte, LEN, NLEN */
+#define NGX_HTTP_ESI_STITCH_STORED_HEADER  5
+
 
 typedef struct ngx_http_esi_stitch_zstream_s  ngx_http_esi_stitch_zstream_t;
 
@@ -59,6 +70,7 @@ typedef struct {
 
     ngx_chain_t               *in;          /* not taken yet */
     ngx_buf_t                 *in_buf;      /* deflate reads it */
+    ngx_buf_t                 *held;        /* a short run, to be stored */
     ngx_http_esi_segment_t    *segment;     /* after the live stream's end */
     int                        flush;       /* owed when in_buf is used */
     ngx_chain_t               *out;
@@ -88,6 +100,13 @@ static ngx_int_t ngx_http_esi_stitch_take(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx, ngx_buf_t *b);
 static ngx_int_t ngx_http_esi_stitch_flushed(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_stitch_hold_run(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, ngx_buf_t *b);
+static ngx_int_t ngx_http_esi_stitch_feed(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, u_char *data, size_t len,
+    ngx_buf_t *in_buf);
+static ngx_int_t ngx_http_esi_stitch_store(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, ngx_uint_t final, ngx_uint_t flush);
 static ngx_int_t ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
     ngx_http_esi_stitch_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_stitch_finish(ngx_http_request_t *r,
@@ -343,8 +362,8 @@ ngx_http_esi_stitch_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    if (ctx->in || ctx->out || (ctx->z && ctx->z->zstream.avail_in)
-        || ctx->flush != Z_NO_FLUSH)
+    if (ctx->in || ctx->out || ctx->held
+        || (ctx->z && ctx->z->zstream.avail_in) || ctx->flush != Z_NO_FLUSH)
     {
         r->connection->buffered |= NGX_HTTP_GZIP_BUFFERED;
 
@@ -467,9 +486,9 @@ ngx_http_esi_stitch_cleanup(void *data)
 
 
 /*
- * Moves input into ctx->out: segments as they are, everything else
- * through deflate.  NGX_OK when the input is used up, NGX_AGAIN when
- * every output buffer is busy.
+ * Moves input into ctx->out: segments as they are, short runs between
+ * them as stored blocks, everything else through deflate.  NGX_OK when the
+ * input is used up, NGX_AGAIN when every output buffer is busy.
  */
 
 static ngx_int_t
@@ -525,8 +544,8 @@ ngx_http_esi_stitch_weave(ngx_http_request_t *r,
 /*
  * Takes one buffer off the input.  Whoever made a buffer may reuse it once
  * its pos reaches last, so all it asks for is noted here, at once: its
- * bytes go to zlib, which moves pos as it reads them, and its flags become
- * the flush owed after them.
+ * bytes are held for a stored block, or go to zlib, which moves pos as it
+ * reads them, and its flags become the flush owed after them.
  */
 
 static ngx_int_t
@@ -545,6 +564,10 @@ ngx_http_esi_stitch_take(ngx_http_request_t *r,
             return NGX_OK;
         }
 
+        if (ctx->held && ngx_http_esi_stitch_store(r, ctx, 0, 0) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
         return ngx_http_esi_stitch_flushed(r, ctx);
     }
 
@@ -556,9 +579,20 @@ ngx_http_esi_stitch_take(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    if (size && ctx->z == NULL) {
-        ctx->z = ngx_http_esi_stitch_zstream_get(r, ctx->level);
-        if (ctx->z == NULL) {
+    if (size && !ctx->live) {
+        switch (ngx_http_esi_stitch_hold_run(r, ctx, b)) {
+
+        case NGX_OK:
+            size = 0;
+            break;
+
+        case NGX_DECLINED:
+            break;
+
+        case NGX_AGAIN:     /* zlib takes the held bytes before these */
+            return NGX_OK;
+
+        default:
             return NGX_ERROR;
         }
     }
@@ -566,35 +600,169 @@ ngx_http_esi_stitch_take(ngx_http_request_t *r,
     if (size) {
         ctx->crc = crc32(ctx->crc, b->pos, (uInt) size);
         ctx->size += (uint32_t) size;
-        ctx->z->zstream.next_in = b->pos;
-        ctx->z->zstream.avail_in = (uInt) size;
-        ctx->in_buf = b;
-        ctx->live = 1;
+
+        if (ngx_http_esi_stitch_feed(r, ctx, b->pos, size, b) != NGX_OK) {
+            return NGX_ERROR;
+        }
     }
 
     if (b->last_buf) {
-        if (ctx->z) {
+        if (ctx->live) {
             ctx->flush = Z_FINISH;
             return NGX_OK;
         }
 
-        /* every byte came in segments: zlib was never needed */
+        /* what was deflated is flushed whole: zlib is not needed again */
 
-        if (ngx_http_esi_stitch_constant(r, ctx,
-                                         ngx_http_esi_stitch_empty_end,
-                                         sizeof(ngx_http_esi_stitch_empty_end))
-            != NGX_OK)
+        if (ctx->z) {
+            ngx_http_esi_stitch_zstream_put(ctx->z);
+            ctx->z = NULL;
+        }
+
+        if (ctx->held) {
+            if (ngx_http_esi_stitch_store(r, ctx, 1, 0) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+        } else if (ngx_http_esi_stitch_constant(r, ctx,
+                                     ngx_http_esi_stitch_empty_end,
+                                     sizeof(ngx_http_esi_stitch_empty_end))
+                   != NGX_OK)
         {
             return NGX_ERROR;
         }
 
         return ngx_http_esi_stitch_finish(r, ctx);
 
-    } else if (b->flush && ctx->live) {
-        ctx->flush = Z_SYNC_FLUSH;
+    } else if (b->flush) {
+        if (ctx->live) {
+            ctx->flush = Z_SYNC_FLUSH;
+
+        } else if (ctx->held) {
+            return ngx_http_esi_stitch_store(r, ctx, 0, 1);
+        }
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * Keeps b's bytes, in a run that nothing has been deflated in since the
+ * last full flush, for a stored block: NGX_OK.  NGX_DECLINED when the run
+ * has nothing held and b alone is too long: it is deflated.  NGX_AGAIN
+ * when b makes the held run too long: the held bytes become zlib's input
+ * and b goes back on the input, to follow them.
+ */
+
+static ngx_int_t
+ngx_http_esi_stitch_hold_run(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, ngx_buf_t *b)
+{
+    size_t        size, held;
+    ngx_chain_t  *cl;
+
+    size = ngx_buf_size(b);
+    held = ctx->held ? (size_t) (ctx->held->last - ctx->held->pos) : 0;
+
+    if (held + size <= NGX_HTTP_ESI_STITCH_STORED) {
+
+        if (ctx->held == NULL) {
+            ctx->held = ngx_create_temp_buf(r->pool,
+                                          NGX_HTTP_ESI_STITCH_STORED_HEADER
+                                          + NGX_HTTP_ESI_STITCH_STORED);
+            if (ctx->held == NULL) {
+                return NGX_ERROR;
+            }
+
+            ctx->held->pos += NGX_HTTP_ESI_STITCH_STORED_HEADER;
+            ctx->held->last = ctx->held->pos;
+        }
+
+        ctx->crc = crc32(ctx->crc, b->pos, (uInt) size);
+        ctx->size += (uint32_t) size;
+        ctx->held->last = ngx_cpymem(ctx->held->last, b->pos, size);
+        b->pos = b->last;
+
+        return NGX_OK;
+    }
+
+    if (held == 0) {
+        return NGX_DECLINED;
+    }
+
+    /* the held buffer is not written again before zlib has read it all */
+
+    if (ngx_http_esi_stitch_feed(r, ctx, ctx->held->pos, held, NULL)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ctx->held = NULL;
+
+    cl = ngx_alloc_chain_link(r->pool);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf = b;
+    cl->next = ctx->in;
+    ctx->in = cl;
+
+    return NGX_AGAIN;
+}
+
+
+/* len bytes at data become zlib's input; in_buf, if any, holds them */
+
+static ngx_int_t
+ngx_http_esi_stitch_feed(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, u_char *data, size_t len,
+    ngx_buf_t *in_buf)
+{
+    if (ctx->z == NULL) {
+        ctx->z = ngx_http_esi_stitch_zstream_get(r, ctx->level);
+        if (ctx->z == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    ctx->z->zstream.next_in = data;
+    ctx->z->zstream.avail_in = (uInt) len;
+    ctx->in_buf = in_buf;
+    ctx->live = 1;
+
+    return NGX_OK;
+}
+
+
+/* the held run goes out as a stored block, the stream's last if final */
+
+static ngx_int_t
+ngx_http_esi_stitch_store(ngx_http_request_t *r,
+    ngx_http_esi_stitch_ctx_t *ctx, ngx_uint_t final, ngx_uint_t flush)
+{
+    size_t      len;
+    u_char     *p;
+    ngx_buf_t  *b;
+
+    b = ctx->held;
+    ctx->held = NULL;
+
+    len = b->last - b->pos;
+    p = b->pos - NGX_HTTP_ESI_STITCH_STORED_HEADER;
+    b->pos = p;
+
+    *p++ = (u_char) (final ? 1 : 0);
+    *p++ = (u_char) (len & 0xff);
+    *p++ = (u_char) (len >> 8);
+    *p++ = (u_char) (~len & 0xff);
+    *p = (u_char) ((~len >> 8) & 0xff);
+
+    b->flush = flush;
+
+    return ngx_http_esi_stitch_link(r, ctx, b);
 }
 
 

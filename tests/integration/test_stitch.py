@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import socket
+import struct
 import zlib
 
 from harness import (REQUEST_TIMEOUT, EsiTestCase, add_http2_variants,
@@ -18,7 +19,8 @@ from test_plan import PlanTestCase
 GZIP = {"Accept-Encoding": "gzip"}
 LEVEL = 6                   # esi_stitch_level's default
 HEAD = 32                   # bytes of a run checked before its segment
-MIN_RUN = 128               # shorter runs are deflated live
+MIN_RUN = 128               # shorter runs have no segment
+STORED = 128                # live runs up to this go as stored blocks
 LONG_RUNS = (50000, 300, 80000, 150, 40000)  # past a plain range's 32 KB mean
 
 
@@ -65,6 +67,20 @@ def segment(run, level=LEVEL):
     """What esid stores for a run: raw deflate ended by a full flush."""
     c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 8)
     return c.compress(run.encode()) + c.flush(zlib.Z_FULL_FLUSH)
+
+
+def stored(data, final=False):
+    """A stored deflate block holding `data`: BFINAL and BTYPE 00 in a
+    byte, then LEN and NLEN."""
+    return (bytes([1 if final else 0])
+            + struct.pack("<HH", len(data), len(data) ^ 0xFFFF) + data)
+
+
+def live(data, level=LEVEL):
+    """`data` deflated by itself, as the stitch filter's live stream
+    does (memLevel 5) before a segment: then a full flush."""
+    c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 5)
+    return c.compress(data) + c.flush(zlib.Z_FULL_FLUSH)
 
 
 class StitchTestCase(PlanTestCase):
@@ -166,6 +182,38 @@ class StitchTest(StitchTestCase):
             raw = self.gz("/one", status)
             self.assertEqual(gunzip(raw), body.encode())
         self.assertIn(segment(body), raw)
+
+    def test_a_short_run_between_segments_goes_as_a_stored_block(self):
+        runs = runs_of("s")
+        body = page(runs)
+        self.warm("/s", body)
+        raw = self.gz("/s")
+        self.assertEqual(gunzip(raw), assembled(body).encode())
+        self.assertStitched(raw, runs)
+        for short in (b"A", b"B", b" <b>kept</b> "):
+            self.assertIn(stored(short), raw)
+
+    def test_a_short_end_of_the_page_is_the_streams_last_block(self):
+        runs = runs_of("e", (700,))
+        body = runs[0] + CONSTRUCTS[0] + "end"
+        self.warm("/e", body)
+        raw = self.gz("/e")
+        self.assertEqual(gunzip(raw), (runs[0] + "Aend").encode())
+        self.assertEqual(raw[-8 - 9:-8], stored(b"Aend", final=True))
+
+    def test_a_run_that_outgrows_a_stored_block_is_deflated_whole(self):
+        long = text("long", STORED)
+        self.origin.route("/esi/long", long, content_type="text/plain")
+        runs = runs_of("o", (700, 300))
+        body = (runs[0] + CONSTRUCTS[0] + '<esi:include src="/esi/long"/>'
+                + runs[1])
+        expected = (runs[0] + "A" + long + runs[1]).encode()
+        self.origin.route("/o", body)
+        for status in ("MISS", "HIT", "HIT"):
+            raw = self.gz("/o", status)
+            self.assertEqual(gunzip(raw), expected)
+        self.assertIn(live(("A" + long).encode()), raw)
+        self.assertNotIn(stored(b"A"), raw)
 
     def test_short_runs_and_literals_are_deflated_live(self):
         self.LOCATION += " esi_cookies id;"
@@ -594,14 +642,9 @@ class StitchStreamReuseTest(StitchTestCase):
     FRAGMENT = "".join("<li>item %d, shelf %d</li>\n" % (i, i % 7)
                        for i in range(300))
 
-    def live(self, level):
-        """The fragment as the stitch filter deflates it before a
-        segment: a fresh raw stream (memLevel 5), then a full flush."""
-        c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 5)
-        return c.compress(self.FRAGMENT.encode()) + c.flush(zlib.Z_FULL_FLUSH)
-
     def test_a_kept_stream_deflates_at_the_level_of_its_response(self):
-        self.assertNotEqual(self.live(1), self.live(LEVEL))
+        fragment = self.FRAGMENT.encode()
+        self.assertNotEqual(live(fragment, 1), live(fragment))
         self.origin.route("/esi/frag", self.FRAGMENT,
                           content_type="text/plain")
         runs = runs_of("lv", (700, 300))
@@ -615,7 +658,7 @@ class StitchStreamReuseTest(StitchTestCase):
             for path, level in (("/lv", LEVEL), ("/l1/lv", 1)):
                 raw = self.gz(path)
                 self.assertEqual(gunzip(raw), expected, path)
-                self.assertTrue(self.live(level) in raw,
+                self.assertTrue(live(fragment, level) in raw,
                                 "%s not deflated at level %d" % (path, level))
 
     @http1_only
