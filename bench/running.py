@@ -94,6 +94,7 @@ TARGET_HTTP = """\
     proxy_set_header Connection "";
     proxy_set_header Accept-Encoding "";
     proxy_cache_path @@DIR@@/cache keys_zone=pages:16m max_size=1g;
+    open_file_cache max=1000;       # as README's configuration, every arm
 
     gzip on;
     gzip_comp_level 6;

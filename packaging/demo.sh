@@ -92,6 +92,7 @@ http {
 
     esi_daemon unix:$demo/esid.sock;
     proxy_cache_path $demo/cache keys_zone=pages:16m;
+    open_file_cache max=1000;
     gzip on;
 
     server {

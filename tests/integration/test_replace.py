@@ -148,6 +148,12 @@ class ReplaceAskingTest(EsiTestCase):
         self.assertEqual(zone["entries"], 0)    # the new one's is not yet
 
 
+class ReplaceAskingOpenFileCacheTest(ReplaceAskingTest):
+    """The same with NGINX's open_file_cache, as README's configuration
+    has it: the cache file's descriptor is kept between hits."""
+    HTTP = ReplaceAskingTest.HTTP + " open_file_cache max=100;"
+
+
 class ReplaceReusingTest(ReplaceAskingTest):
     """Hits replay the worker's copy of the plan."""
     REUSE = "1h"
@@ -166,3 +172,7 @@ class ReplaceReusingTest(ReplaceAskingTest):
         # the copy would hold its pin for the hour it may be replayed
         self.assertTrue(poll(lambda: self.stats_json()["segment_pins"] == 0,
                              bound=10.0), "the purged copy pins segments")
+
+
+class ReplaceReusingOpenFileCacheTest(ReplaceReusingTest):
+    HTTP = ReplaceReusingTest.HTTP + " open_file_cache max=100;"
