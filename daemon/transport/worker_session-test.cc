@@ -213,8 +213,16 @@ class TestWorker {
     void* slot = esi_ring_reserve(&toDaemon, len);
     ASSERT_NE(slot, nullptr);
     std::memcpy(slot, payload, len);
-    if (esi_ring_commit(&toDaemon, len)) wakeDaemon();
+    if (quiet) {
+      esi_ring_commit_quiet(&toDaemon, len);
+    } else if (esi_ring_commit(&toDaemon, len)) {
+      wakeDaemon();
+    }
   }
+
+  // Records are published without waking esid, as the worker's replayed
+  // hits' reports are.
+  bool quiet = false;
 
   // Reads every answer waiting in the ring into received.
   void drain() {
@@ -841,6 +849,17 @@ TEST_F(WorkerSessionTest, AReplayedHitIsCountedAsPlannedAndNeedsNoAnswer) {
   EXPECT_EQ(stats_.replayed, 3u);
   EXPECT_EQ(stats_.stitched, 1u);
   EXPECT_EQ(plans_.zones()["plans"]["hits"], 2);
+}
+
+TEST_F(WorkerSessionTest, ACatchUpReadsEveryQuietReportNotATurnsWorth) {
+  recordPlanOf(kStitchedPage, 6);
+  worker_->quiet = true;
+  for (int i = 0; i < 200; ++i) worker_->replayed(kObject, "plans", false);
+  uv_run(&loop_, UV_RUN_NOWAIT);
+  EXPECT_EQ(stats_.replayed, 0u);  // nothing woke esid
+  session_->catchUp();
+  EXPECT_FALSE(fatal_);
+  EXPECT_EQ(stats_.replayed, 200u);
 }
 
 TEST_F(WorkerSessionTest, AReplayedReportWithoutAnObjectIdentityEndsTheSession) {

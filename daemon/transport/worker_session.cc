@@ -236,6 +236,17 @@ void WorkerSession::shutdown() {
 }
 
 void WorkerSession::catchUp() {
+  // All that the ring held, not a turn's worth (turns keep the loop fair
+  // between workers): a count asked for now includes every hit reported
+  // so far.  The worker may write on meanwhile; a full ring's worth of
+  // the smallest records bounds the turns.
+  const size_t turns = rings_.ringSize() / (kRecordsPerTurn * ESI_RECORD_HEADER) + 1;
+  for (size_t i = 0; i < turns && !stopped_; ++i) {
+    flushPending();
+    size_t turn = kRecordsPerTurn;
+    if (!drainRequests(turn)) return;
+    if (turn > 0) break;  // empty, or waiting for room for its answers
+  }
   if (!stopped_) serve();
 }
 
