@@ -15,6 +15,8 @@ static void ngx_http_esi_cancel(ngx_http_esi_daemon_t *d, uint32_t id);
 static void ngx_http_esi_timeout_handler(ngx_event_t *ev);
 static void ngx_http_esi_resume_handler(ngx_event_t *ev);
 static void ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_authority(ngx_http_request_t *r,
+    ngx_str_t *host);
 static void ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars);
 static size_t ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names,
     u_char *dst);
@@ -31,10 +33,10 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
 {
     off_t                     from;
     size_t                    need, len, n, k, max, room, uri_len,
-                              host_len, vars_len, cookies_len;
-    u_char                   *dst, *host_data;
+                              vars_len, cookies_len;
+    u_char                   *dst;
     void                     *p;
-    ngx_str_t                *host, *zone;
+    ngx_str_t                 host, *zone;
     ngx_str_t                 vars[ESI_WIRE_REQUEST_VARS_POINTERS];
     ngx_uint_t                i;
     ngx_http_request_t       *r;
@@ -49,17 +51,12 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
 
     if (!ctx->open_sent) {
-        if (r->headers_in.host) {
-            host = &r->headers_in.host->value;
-
-        } else {
+        if (ngx_http_esi_authority(r, &host) != NGX_OK) {
             cscf = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
-            host = &cscf->server_name;
+            host = cscf->server_name;
         }
 
         uri_len = r->uri.len;
-        host_len = host->len;
-        host_data = host->data;
         zone = ctx->identified ? &ctx->plan_zone->name : NULL;
 
         ngx_http_esi_request_vars(r, vars);
@@ -84,7 +81,7 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
                              + ESI_WIRE_REQUEST_VARS_DATA_WORDS
                              + ESI_WIRE_REQUEST_VARS_POINTERS,
                              esi_wire_blob(uri_len + 1)
-                             + esi_wire_blob(host_len + 1)
+                             + esi_wire_blob(host.len + 1)
                              + vars_len
                              + (zone ? esi_wire_blob(NGX_HTTP_ESI_OBJECT_LEN)
                                        + esi_wire_blob(zone->len + 1)
@@ -115,7 +112,7 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
         (void) esi_wire_set_text(&open, ESI_WIRE_OPEN_URI_PTR,
                                  (const char *) r->uri.data, uri_len);
         (void) esi_wire_set_text(&open, ESI_WIRE_OPEN_AUTHORITY_PTR,
-                                 (const char *) host_data, host_len);
+                                 (const char *) host.data, host.len);
         esi_wire_set_u32(&open, ESI_WIRE_OPEN_MAX_TAG_BYTES_OFFSET,
                          (uint32_t) elcf->max_tag_size);
         esi_wire_set_u16(&open, ESI_WIRE_OPEN_STATUS_OFFSET,
@@ -476,6 +473,36 @@ ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx)
 
 
 /*
+ * The authority the client named, host and port as it sent them: the Host
+ * header, else the request target's (an absolute URI in HTTP/1.x, HTTP/3's
+ * ":authority", which NGINX keeps in the main request's host_start and
+ * host_end without making a Host header of it, as HTTP/2 does).
+ * NGX_DECLINED: it named none.
+ */
+
+static ngx_int_t
+ngx_http_esi_authority(ngx_http_request_t *r, ngx_str_t *host)
+{
+    ngx_http_request_t  *mr;
+
+    mr = r->main;
+
+    if (mr->headers_in.host) {
+        *host = mr->headers_in.host->value;
+        return NGX_OK;
+    }
+
+    if (mr->host_start && mr->host_end) {
+        host->data = mr->host_start;
+        host->len = mr->host_end - mr->host_start;
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
  * What ESI variables may read of the client's request (r->main's, also for
  * a fragment page), indexed by RequestVars pointer; cookies are apart.  The
  * values point into the request: nothing is allocated.
@@ -484,6 +511,7 @@ ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx)
 static void
 ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars)
 {
+    ngx_str_t             host;
     ngx_uint_t            i;
     ngx_table_elt_t      *h[ESI_WIRE_REQUEST_VARS_POINTERS];
     ngx_http_request_t   *mr;
@@ -492,7 +520,6 @@ ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars)
 
     ngx_memzero(h, sizeof(h));
 
-    h[ESI_WIRE_REQUEST_VARS_HOST_PTR] = mr->headers_in.host;
     h[ESI_WIRE_REQUEST_VARS_USER_AGENT_PTR] = mr->headers_in.user_agent;
     h[ESI_WIRE_REQUEST_VARS_REFERER_PTR] = mr->headers_in.referer;
     h[ESI_WIRE_REQUEST_VARS_ACCEPT_LANGUAGE_PTR] =
@@ -506,6 +533,12 @@ ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars)
         } else {
             ngx_str_null(&vars[i]);
         }
+    }
+
+    if (ngx_http_esi_authority(r, &host) == NGX_OK
+        && host.len <= NGX_HTTP_ESI_VAR_MAX)
+    {
+        vars[ESI_WIRE_REQUEST_VARS_HOST_PTR] = host;
     }
 
     if (mr->args.len <= NGX_HTTP_ESI_VAR_MAX) {
@@ -525,8 +558,12 @@ ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names, u_char *dst)
     u_char            *p, *end, *start, *name_end;
     size_t             len;
     ngx_str_t         *name;
-    ngx_uint_t         i, k, all;
-    ngx_table_elt_t  **h;
+    ngx_uint_t         k, all;
+    ngx_table_elt_t   *h;
+#if (nginx_version < 1023000)
+    ngx_uint_t         i;
+    ngx_table_elt_t  **cookies;
+#endif
 
     if (names == NULL) {
         return 0;
@@ -534,14 +571,25 @@ ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names, u_char *dst)
 
     name = names->elts;
     all = (name[0].len == 1 && name[0].data[0] == '*');
-
-    h = r->main->headers_in.cookies.elts;
     len = 0;
 
-    for (i = 0; i < r->main->headers_in.cookies.nelts; i++) {
+#if (nginx_version >= 1023000)
 
-        p = h[i]->value.data;
-        end = p + h[i]->value.len;
+    /* NGINX 1.23.0 links the Cookie fields in a list, headers_in.cookie */
+
+    for (h = r->main->headers_in.cookie; h; h = h->next) {
+
+#else
+
+    cookies = r->main->headers_in.cookies.elts;
+
+    for (i = 0; i < r->main->headers_in.cookies.nelts; i++) {
+        h = cookies[i];
+
+#endif
+
+        p = h->value.data;
+        end = p + h->value.len;
 
         while (p < end) {
 
