@@ -41,6 +41,10 @@ static ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf,
     ngx_shm_zone_t *zone);
 static ngx_shm_zone_t *ngx_http_esi_purge_cache_zone(ngx_conf_t *cf);
 static ngx_http_complex_value_t *ngx_http_esi_purge_proxy_key(ngx_conf_t *cf);
+#if (NGX_HTTP_SSL)
+static ngx_uint_t ngx_http_esi_purge_proxy_https(ngx_module_t *proxy,
+    void *plcf);
+#endif
 static ngx_int_t ngx_http_esi_purge_named_zones(ngx_conf_t *cf,
     ngx_http_esi_purge_main_conf_t *pmcf);
 static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
@@ -1002,11 +1006,13 @@ ngx_http_esi_purge_proxy_key(ngx_conf_t *cf)
     ngx_str_t                      key;
     ngx_uint_t                     i;
     const char                    *scheme;
+    ngx_module_t                  *proxy;
     ngx_http_conf_ctx_t           *ctx;
     ngx_http_upstream_conf_t      *ucf;
     ngx_http_upstream_srv_conf_t  *uscf;
 
     ctx = cf->ctx;
+    proxy = NULL;
     ucf = NULL;
     uscf = NULL;
 
@@ -1014,7 +1020,8 @@ ngx_http_esi_purge_proxy_key(ngx_conf_t *cf)
         if (ngx_strcmp(cf->cycle->modules[i]->name, "ngx_http_proxy_module")
             == 0)
         {
-            ucf = ctx->loc_conf[cf->cycle->modules[i]->ctx_index];
+            proxy = cf->cycle->modules[i];
+            ucf = ctx->loc_conf[proxy->ctx_index];
             uscf = ucf->upstream;
             break;
         }
@@ -1033,7 +1040,7 @@ ngx_http_esi_purge_proxy_key(ngx_conf_t *cf)
     port = 80;
 
 #if (NGX_HTTP_SSL)
-    if (ucf->ssl) {
+    if (ngx_http_esi_purge_proxy_https(proxy, ucf)) {
         scheme = "https://";
         port = 443;
     }
@@ -1059,6 +1066,48 @@ ngx_http_esi_purge_proxy_key(ngx_conf_t *cf)
 
     return ngx_http_esi_purge_compile(cf, &key);
 }
+
+
+#if (NGX_HTTP_SSL)
+
+/*
+ * Whether the location's proxy_pass names https.  Since NGINX 1.23.0 every
+ * location has an upstream.ssl (the proxy_ssl_* settings are inherited), so
+ * only the proxy module's own "ssl" flag tells: the ngx_uint_t right before
+ * its ssl_protocols, in every NGINX from 1.22 to 1.31, where the
+ * "proxy_ssl_protocols" command says ssl_protocols is.  NGINX 1.30 publishes
+ * the structure (ngx_http_proxy_module.h), where the order is checked at
+ * compile time.
+ */
+
+#if (nginx_version >= 1030000)
+#include <ngx_http_proxy_module.h>
+
+typedef char  ngx_http_esi_purge_proxy_ssl_precedes_ssl_protocols[
+    offsetof(ngx_http_proxy_loc_conf_t, ssl) + sizeof(ngx_uint_t)
+    == offsetof(ngx_http_proxy_loc_conf_t, ssl_protocols) ? 1 : -1];
+#endif
+
+
+static ngx_uint_t
+ngx_http_esi_purge_proxy_https(ngx_module_t *proxy, void *plcf)
+{
+    ngx_command_t  *cmd;
+
+    for (cmd = proxy->commands; cmd->name.len; cmd++) {
+        if (ngx_strcmp(cmd->name.data, "proxy_ssl_protocols") == 0
+            && cmd->conf == NGX_HTTP_LOC_CONF_OFFSET
+            && cmd->offset >= sizeof(ngx_uint_t))
+        {
+            return *(ngx_uint_t *) ((u_char *) plcf + cmd->offset
+                                    - sizeof(ngx_uint_t));
+        }
+    }
+
+    return 0;
+}
+
+#endif
 
 
 /* the zones of esi_cache_purge zone=NAME, once every *_cache_path is read */

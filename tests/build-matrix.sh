@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The connector against other builds of NGINX than Debian's (tests/README.md,
-# "Build matrix"): Debian's nginx source configured three ways, the module
-# built with each, and integration tests run against each.
+# The connector against other builds of NGINX than Debian's packaged one
+# (tests/README.md, "Build matrix"): Debian's nginx source configured three
+# ways, and every NGINX source tarball in ESI_NGINX_SOURCES (default: the
+# shared trees, ../shared/nginx beside the checkout) as a dynamic module
+# (--with-compat) and as a static one, each built with -Werror by
+# packaging/build-module.sh, and integration tests run against each.
 #
 #   nogzip   dynamic module; --without-http_gzip_module but with gunzip, so
 #            NGINX has zlib and the module still inflates gzipped pages
@@ -9,24 +12,32 @@
 #            zlib: the module's configure says so and gzipped pages pass
 #            unprocessed
 #   static   the module compiled into nginx (--add-module), gzip and gunzip
+#   VERSION  each tarball's nginx with the module as a dynamic module, the
+#            newest (mainline) with nginx.org's package arguments and
+#            --with-debug (nginx.org's nginx-debug), the others with the
+#            modules the tests use; test_smoke against each.  The newest is
+#            left at BUILD_DIR/matrix/mainline for run.sh's whole suite.
+#   VERSION-static  the same tree with the module compiled in: built only
 #
 #   tests/build-matrix.sh [BUILD_DIR]
 #
 # BUILD_DIR (default build/) holds a built esid, which the tests run; the
 # NGINX trees are kept in BUILD_DIR/matrix and configured again only when
-# their flags, the module's config or this script change (make rebuilds what
+# their flags, the module's config or the scripts change (make rebuilds what
 # changed).  Ends with "build-matrix: N passed, N failed, N skipped": per
-# variant, one entry for its build (configure's zlib message and NGX_ZLIB as
-# expected, then make) and one for each of its test methods
-# (integration/run_counted.py, counted by tests/gate_count.py: a skip that
-# tests/expected-skips does not list fails), or one failure for its tests
-# when they could not run.
+# variant, one entry for its build (for Debian's source: configure's zlib
+# message and NGX_ZLIB as expected, then make) and one for each of its test
+# methods (integration/run_counted.py, counted by tests/gate_count.py: a
+# skip that tests/expected-skips does not list fails), or one failure for
+# its tests when they could not run.  No tarball found is one failure: the
+# versions must not drop out of CI unseen.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build=$(realpath -m "${1:-build}")
 matrix=$build/matrix
+sources=${ESI_NGINX_SOURCES:-$(realpath -m "$root/../shared/nginx")}
 jobs=${ESI_JOBS:-2}
 passed=0
 failed=0
@@ -56,7 +67,6 @@ fi
 # optional module left out to keep builds short.
 common=(
     --with-http_v2_module
-    --with-cc-opt="-g -O1 -Wall -Werror -I$root/include -I$build/proto/c"
     --without-http_charset_module --without-http_ssi_module
     --without-http_userid_module --without-http_access_module
     --without-http_auth_basic_module --without-http_mirror_module
@@ -72,65 +82,85 @@ common=(
     --without-http_upstream_keepalive_module
     --without-http_upstream_zone_module
 )
-connector=$root/nginx-connector
-# name | how the module is linked | more configure flags | zlib (1/0) | tests
+debian=$matrix/source/src
+# name | source | dynamic or static | more configure flags | zlib (1/0) |
+# tests
 variants=(
-    "nogzip|--add-dynamic-module=$connector|--without-http_gzip_module --with-http_gunzip_module|1|test_markup test_headers test_build_matrix"
-    "nozlib|--add-dynamic-module=$connector|--without-http_gzip_module|0|test_markup test_headers test_build_matrix"
-    "static|--add-module=$connector|--with-http_gunzip_module|1|test_markup test_headers test_cache test_gzip test_defaults"
+    "nogzip|$debian|dynamic|--without-http_gzip_module --with-http_gunzip_module|1|test_markup test_headers test_build_matrix"
+    "nozlib|$debian|dynamic|--without-http_gzip_module|0|test_markup test_headers test_build_matrix"
+    "static|$debian|static|--with-http_gunzip_module|1|test_markup test_headers test_cache test_gzip test_defaults"
 )
-config_hash=$(cat "$connector/config" "$0" | sha256sum | cut -d' ' -f1)
+tarballs=$(ls "$sources"/nginx-*.tar.gz 2>/dev/null | sort -V)
+newest=$(tail -n 1 <<<"$tarballs")
+for tarball in $tarballs; do
+    version=$(basename "$tarball" .tar.gz)
+    version=${version#nginx-}
+    flags="--with-compat --with-http_gunzip_module --with-threads"
+    if [ "$tarball" = "$newest" ]; then
+        flags="--args-file=$root/packaging/nginx.org-configure-args --with-debug"
+    fi
+    variants+=("$version|$tarball|dynamic|$flags|1|test_smoke"
+               "$version-static|$tarball|static|--with-http_gunzip_module|1|")
+done
+if [ -z "$tarballs" ]; then
+    failed=$((failed + 1))
+    echo "build-matrix: FAILED no nginx-*.tar.gz in $sources"
+fi
 
-# Configures (when needed) and builds one variant in $matrix/NAME/tree.
+# Configures (when needed) and builds one variant in $matrix/NAME.
 build_variant() {
-    local name=$1 link=$2 flags=$3 zlib=$4
-    local dir=$matrix/$name tree=$matrix/$name/tree
-    local stamp
-    stamp="$config_hash $link $flags"
-    if [ ! -f "$dir/configured" ] || [ "$(cat "$dir/configured")" != "$stamp" ]; then
-        rm -rf "$dir"
-        mkdir -p "$dir"
-        cp -a "$matrix/source/src" "$tree"
-        # shellcheck disable=SC2086
-        if ! (cd "$tree" && ./configure "${common[@]}" $flags "$link") \
-                >"$dir/configure.log" 2>&1; then
-            tail -n 20 "$dir/configure.log"
-            return 1
-        fi
-        echo "$stamp" >"$dir/configured"
+    local name=$1 source=$2 link=$3 flags=$4 zlib=$5
+    local dir=$matrix/$name
+    local opts=(--out "$dir" --build-dir "$build" --cc-opt "-g -O1")
+    [ "$link" = static ] && opts+=(--static) || opts+=(--binary)
+    local extra=() file
+    case $flags in
+        --args-file=*)
+            file=${flags%% *}
+            opts+=(--args-file "${file#--args-file=}")
+            flags=${flags#* }
+            ;;
+    esac
+    # Debian's source gets the minimal module list; a tarball the flags as
+    # given.
+    [ "$source" = "$debian" ] && extra=("${common[@]}")
+    # shellcheck disable=SC2206
+    extra+=($flags)
+    if ! ESI_JOBS=$jobs bash packaging/build-module.sh "${opts[@]}" \
+            "$source" -- "${extra[@]}" >"$matrix/$name.log" 2>&1; then
+        tail -n 20 "$matrix/$name.log"
+        return 1
     fi
     # The capability that needs zlib says so at configure time.
     local said=0 have=0
     grep -q 'ngx_http_esi_module: no zlib' "$dir/configure.log" && said=1
-    grep -q '^#define NGX_ZLIB  *1' "$tree/objs/ngx_auto_config.h" && have=1
+    grep -q '^#define NGX_ZLIB  *1' "$dir/tree/objs/ngx_auto_config.h" &&
+        have=1
     if [ "$have" != "$zlib" ] || [ "$said" = "$zlib" ]; then
         echo "build-matrix: $name: NGX_ZLIB $have, zlib message $said;" \
              "expected zlib $zlib"
         return 1
     fi
-    if ! make -C "$tree" -j"$jobs" >"$dir/make.log" 2>&1; then
-        grep -E 'error|Error' "$dir/make.log" | head -n 20
-        return 1
-    fi
 }
 
+mkdir -p "$matrix"
 for v in "${variants[@]}"; do
-    IFS='|' read -r name link flags zlib tests <<<"$v"
-    echo "build-matrix: $name: $link $flags"
-    if ! build_variant "$name" "$link" "$flags" "$zlib"; then
+    IFS='|' read -r name source link flags zlib tests <<<"$v"
+    echo "build-matrix: $name: $(basename "$source") $link $flags"
+    if ! build_variant "$name" "$source" "$link" "$flags" "$zlib"; then
         fail "$name build"
-        fail "$name tests (not run)"
+        [ -z "$tests" ] || fail "$name tests (not run)"
         continue
     fi
     pass "$name build"
-    tree=$matrix/$name/tree
+    [ -n "$tests" ] || continue
     module=builtin
-    [ "$name" = static ] || module=$tree/objs/ngx_http_esi_module.so
+    [ "$link" = static ] || module=$matrix/$name/ngx_http_esi_module.so
     results=$matrix/$name/results
     rm -rf "$results"
     # shellcheck disable=SC2086
     (cd tests/integration &&
-        ESI_NGINX=$tree/objs/nginx ESI_MODULE=$module ESI_BUILD_DIR=$build \
+        ESI_NGINX=$matrix/$name/nginx ESI_MODULE=$module ESI_BUILD_DIR=$build \
         ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib PYTHONDONTWRITEBYTECODE=1 \
         ESI_RESULTS_DIR=$results \
         python3 run_counted.py $tests) >"$matrix/$name/tests.log" 2>&1
@@ -156,6 +186,10 @@ for v in "${variants[@]}"; do
         [ "${BASH_REMATCH[2]}" -ne 0 ] || fail "$name tests (unittest exited $rc)"
     fi
 done
+
+# The newest version, for run.sh's whole suite.
+[ -z "$newest" ] || ln -sfn "$(basename "$newest" .tar.gz | sed 's/^nginx-//')" \
+    "$matrix/mainline"
 
 echo "build-matrix: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

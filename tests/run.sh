@@ -73,11 +73,11 @@ counted() {
 }
 
 # Runs ctest in a built tree and counts each unit test and each
-# integration test method (tests/gate_count.py); adds to the counts.
+# integration test method (tests/gate_count.py) under the tree's name, or
+# GATE_NAME; adds to the counts.
 ctest_counted() {
     local dir=$1; shift
-    local name
-    name=$(basename "$dir")
+    local name=${GATE_NAME:-$(basename "$dir")}
     local log="$logs/$name.ctest.log" junit="$logs/$name.junit.xml"
     local results="$logs/$name.results"
     rm -rf "$results" "$junit"
@@ -220,11 +220,28 @@ fi
 step "static checks"
 counted static-checks bash tests/static-checks.sh build
 
-# Build matrix (tests/README.md): the connector against nginx without the
-# gzip module, without zlib, and compiled in statically; each variant's
-# build and its integration tests are one pass or one fail each.
+# Build matrix (tests/README.md): the connector against Debian's nginx
+# source without the gzip module, without zlib, and compiled in statically,
+# and against every NGINX source tarball shared with the project, dynamic
+# and static, with a smoke run on each; each variant's build and each of its
+# test methods is one pass or one fail.
 step "build matrix"
 counted build-matrix bash tests/build-matrix.sh build
+
+# The whole integration suite again, on the newest of those NGINX (built by
+# the matrix with nginx.org's package arguments, HTTP/3 among them), with
+# the plain build's esid (tests/README.md, "NGINX versions").
+step "mainline suite"
+mainline=$root/build/matrix/mainline
+if [ -x "$mainline/nginx" ] && [ -f "$mainline/ngx_http_esi_module.so" ]; then
+    ESI_NGINX=$mainline/nginx ESI_MODULE=$mainline/ngx_http_esi_module.so \
+        ESI_EXPECT_HTTP3=1 GATE_NAME=mainline \
+        ctest_counted build -L integration
+else
+    echo "run: the build matrix left no mainline nginx in $mainline"
+    echo "mainline: no nginx built" >>"$logs/failures"
+    failed=$((failed + 1))
+fi
 
 # The packages (packaging/ci-packages.sh): the .debs (lintian-clean of
 # errors) built from this tree and the RPM spec parsed (building the RPMs
