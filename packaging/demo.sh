@@ -9,6 +9,11 @@
 # the page a few times (plain and gzip), purges it, and prints the purge's
 # answer and esictl stats.  Logs and pids: /tmp/esi-demo.  Running it again
 # stops the previous demo first.  `demo.sh stop` only stops.
+#
+# NGINX=VERSION (e.g. NGINX=1.31.4 packaging/demo.sh) serves from that NGINX
+# instead of Debian's: built with the module by packaging/build-module.sh
+# from nginx-VERSION.tar.gz in ESI_NGINX_SOURCES (default: ../shared/nginx
+# beside the checkout), with nginx.org's package arguments.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -60,6 +65,27 @@ bash packaging/deps.sh
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$root/build" -j2
 
+# NGINX is also nginx's own variable, the listening sockets a binary upgrade
+# hands on: an nginx started with NGINX=1.31.4 in its environment would not
+# daemonize.
+version=${NGINX:-}
+unset NGINX
+nginx=/usr/sbin/nginx
+module=$root/build/ngx_http_esi_module.so
+if [ -n "$version" ]; then
+    sources=${ESI_NGINX_SOURCES:-$(realpath -m "$root/../shared/nginx")}
+    tarball=$sources/nginx-$version.tar.gz
+    if [ ! -f "$tarball" ]; then
+        echo "demo: no $tarball (NGINX=$version); have:" \
+             $(ls "$sources" 2>/dev/null | sed -n 's/^nginx-\(.*\)\.tar\.gz$/\1/p') >&2
+        exit 1
+    fi
+    bash packaging/build-module.sh --binary \
+        --args-file packaging/nginx.org-configure-args "$tarball"
+    nginx=$root/build-module/nginx-$version/nginx
+    module=$root/build-module/nginx-$version/ngx_http_esi_module.so
+fi
+
 stop_demo
 rm -rf "$demo/cache" "$demo/temp" "$demo/esid.sock"
 mkdir -p "$demo/cache" "$demo/temp"
@@ -76,7 +102,7 @@ user root;
 worker_processes 1;
 pid $demo/nginx.pid;
 error_log $demo/error.log info;
-load_module $root/build/ngx_http_esi_module.so;
+load_module $module;
 
 events { worker_connections 1024; }
 
@@ -140,7 +166,7 @@ echo $! >"$demo/esid.pid"
 wait_for "esid" test -S "$demo/esid.sock"
 
 # nginx daemonizes itself and writes $demo/nginx.pid.
-/usr/sbin/nginx -p "$demo/" -e "$demo/error.log" -c "$demo/nginx.conf"
+"$nginx" -p "$demo/" -e "$demo/error.log" -c "$demo/nginx.conf"
 wait_for "nginx" curl -fs -o /dev/null "$url"
 
 # The assembled page: fragments in, no ESI markup left.
@@ -171,4 +197,5 @@ show curl -sS -D - -X PURGE "$url"
 show curl -sS -o /dev/null -D - "$url"
 show "$root/build/esictl" --socket "$demo/esid.sock" stats
 echo
-echo "demo: serving $url (logs and pids in $demo; stop with $0 stop)"
+echo "demo: $("$nginx" -v 2>&1 | sed 's/^nginx version: //') serving $url" \
+     "(logs and pids in $demo; stop with $0 stop)"
