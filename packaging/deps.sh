@@ -18,6 +18,7 @@ packages=(
     clang libclang-rt-14-dev llvm-14
     systemd
     debhelper dpkg-dev lintian rpm wrk nghttp2-client openssl
+    ngtcp2-client libnghttp3-dev
     redis-server fcgiwrap libhiredis-dev uwsgi-core uwsgi-plugin-python3
     python3-prometheus-client
 )

@@ -41,7 +41,7 @@ from esitest import (  # noqa: E402,F401
     start_on_socket, start_on_port, tcp_port_answers, tcp_states,
     worker_bound_kib, worker_pids)
 from esitest import read_text as _read  # noqa: E402
-from esitest import h2  # noqa: E402
+from esitest import h2, h3  # noqa: E402
 
 from origin import Origin  # noqa: E402
 
@@ -62,6 +62,13 @@ MODULE = os.environ.get("ESI_MODULE",
 REQUEST_TIMEOUT = float(os.environ.get("ESI_REQUEST_TIMEOUT", "30"))
 
 ERROR_MARKER = b"<!-- ESI include error -->"
+
+OPENSSL = shutil.which("openssl") or "/usr/bin/openssl"
+
+# The reason HTTP/3 tests give when nginx has no HTTP/3 (tests/expected-skips
+# lists it); with ESI_EXPECT_HTTP3=1 (CI's run against an nginx built with
+# it) they fail instead.
+NO_HTTP3 = "nginx without HTTP/3"
 
 # Lines of esid's stderr shown when it did not exit cleanly.
 ESID_STDERR_TAIL = 20
@@ -113,6 +120,7 @@ http {
 
     server {
         listen 127.0.0.1:@@PORT@@@@LISTEN@@;
+@@QUIC@@
         server_name localhost;
 
 @@SERVER@@
@@ -156,6 +164,32 @@ class Response:
             self.status, self.complete, self.error, self.body[:200])
 
 
+# UDP beside the TCP listener, on the same port number: the authority an
+# HTTP/3 client names is the one an HTTP/1.1 client's Host names.
+QUIC_LISTEN = """
+        listen 127.0.0.1:@@PORT@@ quic;
+        http3 on;
+        ssl_certificate @@TMP@@/h3-cert.pem;
+        ssl_certificate_key @@TMP@@/h3-key.pem;
+"""
+
+_nginx_v = None
+
+
+def nginx_configure():
+    """What `nginx -V` prints (its configure arguments and more)."""
+    global _nginx_v
+    if _nginx_v is None:
+        done = subprocess.run([NGINX, "-V"], stdin=subprocess.DEVNULL,
+                              capture_output=True, check=False)
+        _nginx_v = (done.stdout + done.stderr).decode(errors="replace")
+    return _nginx_v
+
+
+def nginx_has_http3():
+    return "--with-http_v3_module" in nginx_configure()
+
+
 class EsiTestCase(unittest.TestCase):
     """One origin, one esid and one nginx per test, in a fresh temp dir.
 
@@ -177,6 +211,10 @@ class EsiTestCase(unittest.TestCase):
     HTTP2 = False           # listen ... http2 (h2c, prior knowledge) and
                             # fetch() with an HTTP/2 client: see
                             # add_http2_variants
+    HTTP3 = False           # listen ... quic on the same port number, with
+                            # a certificate made for the test: fetch(...,
+                            # http3=True) asks over HTTP/3 (esitest.h3);
+                            # skipped where nginx has no HTTP/3 (NO_HTTP3)
     # Regular expressions of [alert] lines NGINX itself logs and the test
     # provokes on purpose (a write to a full disk): not counted as crashes.
     EXPECTED_ALERTS = ()
@@ -191,6 +229,8 @@ class EsiTestCase(unittest.TestCase):
             if path != "builtin" and not os.path.exists(path):
                 self.fail("%s not found at %s: build the project first "
                           "(cmake --build %s)" % (what, path, BUILD_DIR))
+        if self.HTTP3:
+            self._require_http3()
         self.tmp = tempfile.mkdtemp(prefix="esi-it-")
         self.socket_path = os.path.join(self.tmp, "esid.sock")
         self.processes = []
@@ -201,6 +241,28 @@ class EsiTestCase(unittest.TestCase):
         self.killed = set()     # pids of workers the test killed itself
         self.nodes = []         # add_node(): more nginx + esid pairs
         self.addCleanup(self._teardown)
+
+    def _require_http3(self):
+        """Skip (NO_HTTP3) unless nginx has HTTP/3; fail instead where
+        ESI_EXPECT_HTTP3=1 says it must.  A missing client always fails."""
+        if not nginx_has_http3():
+            if os.environ.get("ESI_EXPECT_HTTP3") == "1":
+                self.fail("%s (%s), but ESI_EXPECT_HTTP3=1" % (NO_HTTP3,
+                                                                NGINX))
+            self.skipTest(NO_HTTP3)
+        why = h3.available()
+        if why is not None:
+            self.fail(why)
+
+    def _make_certificate(self):
+        made = subprocess.run(
+            [OPENSSL, "req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
+             "/CN=localhost", "-days", "1",
+             "-keyout", os.path.join(self.tmp, "h3-key.pem"),
+             "-out", os.path.join(self.tmp, "h3-cert.pem")],
+            stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        self.assertEqual(made.returncode, 0, made.stderr.decode())
 
     def run(self, result=None):
         result = result if result is not None else self.defaultTestResult()
@@ -330,6 +392,7 @@ class EsiTestCase(unittest.TestCase):
             "FRAGMENT_LOCATION": self.FRAGMENT_LOCATION,
             "LOCATIONS": self.LOCATIONS,
             "LISTEN": self.LISTEN + (" http2" if self.HTTP2 else ""),
+            "QUIC": QUIC_LISTEN if self.HTTP3 else "",
         }
         values = {
             "USER": ("user %s;" % self.USER if self.USER is not None
@@ -351,6 +414,8 @@ class EsiTestCase(unittest.TestCase):
             return
         if self.ESID and self.esid is None:
             self.start_esid()
+        if self.HTTP3:
+            self._make_certificate()
 
         def conf(port):
             self.port = port
@@ -368,8 +433,10 @@ class EsiTestCase(unittest.TestCase):
 
     # -- requests --------------------------------------------------------
 
-    def fetch(self, path, headers=None, method="GET", port=None):
-        """One request on a new connection; never raises for a bad reply.
+    def fetch(self, path, headers=None, method="GET", port=None,
+              http3=False):
+        """One request on a new connection (over HTTP/3 with http3, on a
+        new QUIC connection); never raises for a bad reply.
 
         The request runs on a helper thread while this one watches
         error.log, so a worker that crashes fails the test at once instead
@@ -378,8 +445,9 @@ class EsiTestCase(unittest.TestCase):
             self.start()
         outcome = []
         client = threading.Thread(
-            target=lambda: outcome.append(self._request(method, path,
-                                                        headers, port)),
+            target=lambda: outcome.append(
+                self._request_h3(method, path, headers, port) if http3
+                else self._request(method, path, headers, port)),
             daemon=True)
         client.start()
         deadline = time.monotonic() + REQUEST_TIMEOUT + 5
@@ -424,6 +492,15 @@ class EsiTestCase(unittest.TestCase):
         return Response(reply.status, reply.headers, reply.body,
                         reply.complete, reply.error)
 
+    def _request_h3(self, method, path, headers, port=None):
+        reply = h3.request("https://127.0.0.1:%d%s" % (port or self.port,
+                                                       path),
+                           method, headers, REQUEST_TIMEOUT, self.tmp)
+        if reply.timed_out:
+            return None
+        return Response(reply.status, reply.headers, reply.body,
+                        reply.complete, reply.error)
+
     def _crash_lines(self):
         return [line for line in self.error_log().splitlines()
                 if "exited on signal" in line
@@ -438,11 +515,12 @@ class EsiTestCase(unittest.TestCase):
         self.killed.add(pid)
         os.kill(pid, signal.SIGKILL)
 
-    def get(self, path, headers=None):
+    def get(self, path, headers=None, http3=False):
         """GET that must complete: returns (status, headers, body)."""
-        r = self.fetch(path, headers)
+        r = self.fetch(path, headers, http3=http3)
         if not r.complete:
-            self.fail("GET %s: incomplete response (%r)" % (path, r.error))
+            self.fail("GET %s%s: incomplete response (%r)" % (
+                path, " over HTTP/3" if http3 else "", r.error))
         return r.status, r.headers, r.body
 
     def assertBody(self, path, expected, status=200, headers=None):
