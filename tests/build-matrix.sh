@@ -9,6 +9,11 @@
 #            zlib: the module's configure says so and gzipped pages pass
 #            unprocessed
 #   static   the module compiled into nginx (--add-module), gzip and gunzip
+#   moved    dynamic module, gzip; the source patched so that a member more
+#            starts the gzip filter's and the proxy module's location
+#            configurations and follows the cache file header's version:
+#            "nginx -t" must fail naming each layout that moved (the others,
+#            built from their own source, must pass it)
 #
 #   tests/build-matrix.sh [BUILD_DIR]
 #
@@ -17,7 +22,7 @@
 # their flags, the module's config or this script change (make rebuilds what
 # changed).  Ends with "build-matrix: N passed, N failed, N skipped": per
 # variant, one entry for its build (configure's zlib message and NGX_ZLIB as
-# expected, then make) and one for each of its test methods
+# expected, the patch applied, then make) and one for each of its test methods
 # (integration/run_counted.py, counted by tests/gate_count.py: a skip that
 # tests/expected-skips does not list fails), or one failure for its tests
 # when they could not run.
@@ -37,7 +42,7 @@ fail() { failed=$((failed + 1)); echo "build-matrix: FAILED $*"; }
 
 if [ ! -x "$build/esid" ] || [ ! -f "$build/proto/c/esi_wire_layout.h" ]; then
     echo "build-matrix: no built esid in $build (cmake --build $build)"
-    echo "build-matrix: 0 passed, 6 failed, 0 skipped"
+    echo "build-matrix: 0 passed, 8 failed, 0 skipped"
     exit 1
 fi
 
@@ -46,7 +51,7 @@ fi
 if [ ! -f "$matrix/source/src/configure" ]; then
     if ! bash tests/sanitize/nginx.sh fetch "$matrix/source"; then
         echo "build-matrix: could not fetch nginx's source"
-        echo "build-matrix: 0 passed, 6 failed, 0 skipped"
+        echo "build-matrix: 0 passed, 8 failed, 0 skipped"
         exit 1
     fi
 fi
@@ -73,24 +78,55 @@ common=(
     --without-http_upstream_zone_module
 )
 connector=$root/nginx-connector
-# name | how the module is linked | more configure flags | zlib (1/0) | tests
+# name | how the module is linked | more configure flags | zlib (1/0) |
+# layouts (kept: NGINX's own source; moved: move_layouts) | tests
 variants=(
-    "nogzip|--add-dynamic-module=$connector|--without-http_gzip_module --with-http_gunzip_module|1|test_markup test_headers test_build_matrix"
-    "nozlib|--add-dynamic-module=$connector|--without-http_gzip_module|0|test_markup test_headers test_build_matrix"
-    "static|--add-module=$connector|--with-http_gunzip_module|1|test_markup test_headers test_cache test_gzip test_defaults"
+    "nogzip|--add-dynamic-module=$connector|--without-http_gzip_module --with-http_gunzip_module|1|kept|test_markup test_headers test_build_matrix test_layout"
+    "nozlib|--add-dynamic-module=$connector|--without-http_gzip_module|0|kept|test_markup test_headers test_build_matrix test_layout"
+    "static|--add-module=$connector|--with-http_gunzip_module|1|kept|test_markup test_headers test_cache test_gzip test_defaults test_layout"
+    "moved|--add-dynamic-module=$connector||1|moved|test_layout"
 )
 config_hash=$(cat "$connector/config" "$0" | sha256sum | cut -d' ' -f1)
 
+# The private structures the module reads (README, "What the module reads
+# of NGINX's private structures"), each with a member more where the module
+# does not expect one: before the gzip filter's "gzip" flag, before the
+# ngx_http_upstream_conf_t that starts the proxy module's location
+# configuration (ngx_http_proxy_module.h in newer NGINX), and after the cache
+# file header's version.  Each must change exactly one place.
+move_layouts() {
+    local src=$1/src/http proxy
+    proxy=$src/modules/ngx_http_proxy_module.h
+    [ -f "$proxy" ] || proxy=$src/modules/ngx_http_proxy_module.c
+    perl -0pi -e 's/(typedef struct \{\n)(\s+ngx_flag_t\s+enable;)/$1    ngx_flag_t esi_moved;\n$2/' \
+        "$src/modules/ngx_http_gzip_filter_module.c" &&
+    perl -0pi -e 's/(typedef struct \{\n)(\s+ngx_http_upstream_conf_t\s+upstream;)/$1    ngx_uint_t esi_moved;\n$2/' \
+        "$proxy" &&
+    perl -0pi -e 's/(typedef struct \{\n\s+ngx_uint_t\s+version;\n)/$1    ngx_uint_t esi_moved;\n/' \
+        "$src/ngx_http_cache.h" || return 1
+    local f
+    for f in "$src/modules/ngx_http_gzip_filter_module.c" "$proxy" \
+             "$src/ngx_http_cache.h"; do
+        if [ "$(grep -c esi_moved "$f")" != 1 ]; then
+            echo "build-matrix: moved: $f not patched once"
+            return 1
+        fi
+    done
+}
+
 # Configures (when needed) and builds one variant in $matrix/NAME/tree.
 build_variant() {
-    local name=$1 link=$2 flags=$3 zlib=$4
+    local name=$1 link=$2 flags=$3 zlib=$4 layout=$5
     local dir=$matrix/$name tree=$matrix/$name/tree
     local stamp
-    stamp="$config_hash $link $flags"
+    stamp="$config_hash $link $flags $layout"
     if [ ! -f "$dir/configured" ] || [ "$(cat "$dir/configured")" != "$stamp" ]; then
         rm -rf "$dir"
         mkdir -p "$dir"
         cp -a "$matrix/source/src" "$tree"
+        if [ "$layout" = moved ] && ! move_layouts "$tree"; then
+            return 1
+        fi
         # shellcheck disable=SC2086
         if ! (cd "$tree" && ./configure "${common[@]}" $flags "$link") \
                 >"$dir/configure.log" 2>&1; then
@@ -115,9 +151,9 @@ build_variant() {
 }
 
 for v in "${variants[@]}"; do
-    IFS='|' read -r name link flags zlib tests <<<"$v"
+    IFS='|' read -r name link flags zlib layout tests <<<"$v"
     echo "build-matrix: $name: $link $flags"
-    if ! build_variant "$name" "$link" "$flags" "$zlib"; then
+    if ! build_variant "$name" "$link" "$flags" "$zlib" "$layout"; then
         fail "$name build"
         fail "$name tests (not run)"
         continue
@@ -131,7 +167,8 @@ for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
     (cd tests/integration &&
         ESI_NGINX=$tree/objs/nginx ESI_MODULE=$module ESI_BUILD_DIR=$build \
-        ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib PYTHONDONTWRITEBYTECODE=1 \
+        ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib \
+        ESI_MATRIX_LAYOUT=$layout PYTHONDONTWRITEBYTECODE=1 \
         ESI_RESULTS_DIR=$results \
         python3 run_counted.py $tests) >"$matrix/$name/tests.log" 2>&1
     rc=$?
