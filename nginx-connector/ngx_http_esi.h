@@ -720,4 +720,8 @@ ngx_uint_t ngx_http_esi_purge_index_tag_header(
     ngx_http_esi_purge_main_conf_t *pmcf, ngx_str_t *name);
 
 
+/* ngx_http_esi_layout.c */
+ngx_int_t ngx_http_esi_layout_check(ngx_conf_t *cf);
+
+
 #endif /* _NGX_HTTP_ESI_H_INCLUDED_ */

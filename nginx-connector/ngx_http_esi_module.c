@@ -11,6 +11,7 @@
 
 static ngx_int_t ngx_http_esi_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_esi_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_esi_add_variables(ngx_conf_t *cf);
 static void *ngx_http_esi_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -199,7 +200,7 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_esi_module_ctx = {
-    ngx_http_esi_add_variables,            /* preconfiguration */
+    ngx_http_esi_preconfiguration,         /* preconfiguration */
     ngx_http_esi_filter_init,              /* postconfiguration */
 
     ngx_http_esi_create_main_conf,         /* create main configuration */
@@ -269,6 +270,22 @@ ngx_http_esi_status_variable(ngx_http_request_t *r,
     v->not_found = 0;
 
     return NGX_OK;
+}
+
+
+/*
+ * Before anything is configured: the private structures of other modules
+ * the connector reads are laid out as it expects (ngx_http_esi_layout.c).
+ */
+
+static ngx_int_t
+ngx_http_esi_preconfiguration(ngx_conf_t *cf)
+{
+    if (ngx_http_esi_layout_check(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_esi_add_variables(cf);
 }
 
 

@@ -202,8 +202,8 @@ ngx_module_t  ngx_http_esi_purge_module = {
 /*
  * The upstream modules whose caches a purge can purge, by name (an nginx
  * may be built without any of them): each one's location configuration
- * starts with its ngx_http_upstream_conf_t, and its *_cache_path zones are
- * tagged with the module.
+ * starts with its ngx_http_upstream_conf_t (ngx_http_esi_layout_check()
+ * proves it), and its *_cache_path zones are tagged with the module.
  */
 
 static char  *ngx_http_esi_purge_cache_modules[] = {

@@ -285,7 +285,8 @@ ngx_http_esi_stitch_placed(ngx_cycle_t *cycle)
 
 /*
  * The gzip filter keeps its configuration to itself; the first member of
- * its location configuration (ngx_http_gzip_conf_t) is the "gzip" flag.
+ * its location configuration (ngx_http_gzip_conf_t) is the "gzip" flag, as
+ * ngx_http_esi_layout_check() proved from its directive table.
  */
 
 ngx_uint_t

@@ -12,11 +12,17 @@
 #            zlib: the module's configure says so and gzipped pages pass
 #            unprocessed
 #   static   the module compiled into nginx (--add-module), gzip and gunzip
+#   moved    dynamic module, gzip; the source patched so that a member more
+#            starts the gzip filter's and the proxy module's location
+#            configurations and follows the cache file header's version:
+#            "nginx -t" must fail naming each layout that moved (every other
+#            variant, built from its own source, must pass it)
 #   VERSION  each tarball's nginx with the module as a dynamic module, the
 #            newest (mainline) with nginx.org's package arguments and
 #            --with-debug (nginx.org's nginx-debug), the others with the
 #            modules the tests use; test_smoke against each.  The newest is
 #            left at BUILD_DIR/matrix/mainline for run.sh's whole suite.
+#            test_layout's kept layouts on each.
 #   VERSION-static  the same tree with the module compiled in: built only
 #
 #   tests/build-matrix.sh [BUILD_DIR]
@@ -26,7 +32,8 @@
 # their flags, the module's config or the scripts change (make rebuilds what
 # changed).  Ends with "build-matrix: N passed, N failed, N skipped": per
 # variant, one entry for its build (for Debian's source: configure's zlib
-# message and NGX_ZLIB as expected, then make) and one for each of its test
+# message and NGX_ZLIB as expected, the patch applied, then make) and one
+# for each of its test
 # methods (integration/run_counted.py, counted by tests/gate_count.py: a
 # skip that tests/expected-skips does not list fails), or one failure for
 # its tests when they could not run.  No tarball found is one failure: the
@@ -48,7 +55,7 @@ fail() { failed=$((failed + 1)); echo "build-matrix: FAILED $*"; }
 
 if [ ! -x "$build/esid" ] || [ ! -f "$build/proto/c/esi_wire_layout.h" ]; then
     echo "build-matrix: no built esid in $build (cmake --build $build)"
-    echo "build-matrix: 0 passed, 6 failed, 0 skipped"
+    echo "build-matrix: 0 passed, 8 failed, 0 skipped"
     exit 1
 fi
 
@@ -57,7 +64,7 @@ fi
 if [ ! -f "$matrix/source/src/configure" ]; then
     if ! bash tests/sanitize/nginx.sh fetch "$matrix/source"; then
         echo "build-matrix: could not fetch nginx's source"
-        echo "build-matrix: 0 passed, 6 failed, 0 skipped"
+        echo "build-matrix: 0 passed, 8 failed, 0 skipped"
         exit 1
     fi
 fi
@@ -83,12 +90,52 @@ common=(
     --without-http_upstream_zone_module
 )
 debian=$matrix/source/src
+moved=$matrix/moved-source
+
+# The private structures the module reads (README, "What the module reads
+# of NGINX's private structures"), each with a member more where the module
+# does not expect one: before the gzip filter's "gzip" flag, before the
+# ngx_http_upstream_conf_t that starts the proxy module's location
+# configuration (ngx_http_proxy_module.h in newer NGINX), and after the cache
+# file header's version.  Each must change exactly one place.
+move_layouts() {
+    local src=$1/src/http proxy
+    proxy=$src/modules/ngx_http_proxy_module.h
+    [ -f "$proxy" ] || proxy=$src/modules/ngx_http_proxy_module.c
+    perl -0pi -e 's/(typedef struct \{\n)(\s+ngx_flag_t\s+enable;)/$1    ngx_flag_t esi_moved;\n$2/' \
+        "$src/modules/ngx_http_gzip_filter_module.c" &&
+    perl -0pi -e 's/(typedef struct \{\n)(\s+ngx_http_upstream_conf_t\s+upstream;)/$1    ngx_uint_t esi_moved;\n$2/' \
+        "$proxy" &&
+    perl -0pi -e 's/(typedef struct \{\n\s+ngx_uint_t\s+version;\n)/$1    ngx_uint_t esi_moved;\n/' \
+        "$src/ngx_http_cache.h" || return 1
+    local f
+    for f in "$src/modules/ngx_http_gzip_filter_module.c" "$proxy" \
+             "$src/ngx_http_cache.h"; do
+        if [ "$(grep -c esi_moved "$f")" != 1 ]; then
+            echo "build-matrix: moved: $f not patched once"
+            return 1
+        fi
+    done
+}
+
+# Debian's source with its layouts moved, made again (and its variant
+# rebuilt) when this script changes.
+moved_stamp=$(sha256sum "$0" | cut -d' ' -f1)
+if [ "$(cat "$moved/stamp" 2>/dev/null)" != "$moved_stamp" ]; then
+    rm -rf "$moved" "$matrix/moved"
+    cp -a "$debian" "$moved"
+    if move_layouts "$moved"; then
+        echo "$moved_stamp" >"$moved/stamp"
+    fi
+fi
+
 # name | source | dynamic or static | more configure flags | zlib (1/0) |
-# tests
+# layouts (kept: NGINX's own source; moved) | tests
 variants=(
-    "nogzip|$debian|dynamic|--without-http_gzip_module --with-http_gunzip_module|1|test_markup test_headers test_build_matrix"
-    "nozlib|$debian|dynamic|--without-http_gzip_module|0|test_markup test_headers test_build_matrix"
-    "static|$debian|static|--with-http_gunzip_module|1|test_markup test_headers test_cache test_gzip test_defaults"
+    "nogzip|$debian|dynamic|--without-http_gzip_module --with-http_gunzip_module|1|kept|test_markup test_headers test_build_matrix test_layout"
+    "nozlib|$debian|dynamic|--without-http_gzip_module|0|kept|test_markup test_headers test_build_matrix test_layout"
+    "static|$debian|static|--with-http_gunzip_module|1|kept|test_markup test_headers test_cache test_gzip test_defaults test_layout"
+    "moved|$moved|dynamic||1|moved|test_layout"
 )
 tarballs=$(ls "$sources"/nginx-*.tar.gz 2>/dev/null | sort -V)
 newest=$(tail -n 1 <<<"$tarballs")
@@ -99,8 +146,8 @@ for tarball in $tarballs; do
     if [ "$tarball" = "$newest" ]; then
         flags="--args-file=$root/packaging/nginx.org-configure-args --with-debug"
     fi
-    variants+=("$version|$tarball|dynamic|$flags|1|test_smoke"
-               "$version-static|$tarball|static|--with-http_gunzip_module|1|")
+    variants+=("$version|$tarball|dynamic|$flags|1|kept|test_smoke test_layout"
+               "$version-static|$tarball|static|--with-http_gunzip_module|1|kept|")
 done
 if [ -z "$tarballs" ]; then
     failed=$((failed + 1))
@@ -111,6 +158,7 @@ fi
 build_variant() {
     local name=$1 source=$2 link=$3 flags=$4 zlib=$5
     local dir=$matrix/$name
+    [ -f "$source/stamp" ] || [ "$source" != "$moved" ] || return 1
     local opts=(--out "$dir" --build-dir "$build" --cc-opt "-g -O1")
     [ "$link" = static ] && opts+=(--static) || opts+=(--binary)
     local extra=() file
@@ -123,7 +171,7 @@ build_variant() {
     esac
     # Debian's source gets the minimal module list; a tarball the flags as
     # given.
-    [ "$source" = "$debian" ] && extra=("${common[@]}")
+    case $source in "$debian"|"$moved") extra=("${common[@]}") ;; esac
     # shellcheck disable=SC2206
     extra+=($flags)
     if ! ESI_JOBS=$jobs bash packaging/build-module.sh "${opts[@]}" \
@@ -145,7 +193,7 @@ build_variant() {
 
 mkdir -p "$matrix"
 for v in "${variants[@]}"; do
-    IFS='|' read -r name source link flags zlib tests <<<"$v"
+    IFS='|' read -r name source link flags zlib layout tests <<<"$v"
     echo "build-matrix: $name: $(basename "$source") $link $flags"
     if ! build_variant "$name" "$source" "$link" "$flags" "$zlib"; then
         fail "$name build"
@@ -161,7 +209,8 @@ for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
     (cd tests/integration &&
         ESI_NGINX=$matrix/$name/nginx ESI_MODULE=$module ESI_BUILD_DIR=$build \
-        ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib PYTHONDONTWRITEBYTECODE=1 \
+        ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib \
+        ESI_MATRIX_LAYOUT=$layout PYTHONDONTWRITEBYTECODE=1 \
         ESI_RESULTS_DIR=$results \
         python3 run_counted.py $tests) >"$matrix/$name/tests.log" 2>&1
     rc=$?

@@ -2,20 +2,29 @@
 
 #include <cstring>
 
+#include "esi/cache_file.h"
+
 namespace esi {
 
 namespace {
 
-// ngx_http_file_cache_header_t on x86-64, NGX_HTTP_CACHE_VERSION 5.
-constexpr uint64_t kVersion = 5;
-constexpr size_t kHeaderStartAt = 54;
-constexpr size_t kBodyStartAt = 56;
-constexpr size_t kVaryLenAt = 187;
-constexpr size_t kVaryAt = 188;
-constexpr size_t kVaryMax = 128;
-constexpr size_t kVariantAt = 316;
-constexpr size_t kHeaderSize = 336;
-constexpr std::string_view kKeyPrefix = "\nKEY: ";
+// ngx_http_file_cache_header_t as include/esi/cache_file.h lays it out, the
+// module's startup check and this reader's one definition.
+constexpr uint64_t kVersion = ESI_CACHE_FILE_VERSION;
+constexpr size_t kHeaderStartAt = ESI_CACHE_FILE_HEADER_START_AT;
+constexpr size_t kBodyStartAt = ESI_CACHE_FILE_BODY_START_AT;
+constexpr size_t kVaryLenAt = ESI_CACHE_FILE_VARY_LEN_AT;
+constexpr size_t kVaryAt = ESI_CACHE_FILE_VARY_AT;
+constexpr size_t kVaryMax = ESI_CACHE_FILE_VARY_SIZE;
+constexpr size_t kVariantAt = ESI_CACHE_FILE_VARIANT_AT;
+constexpr size_t kHeaderSize = ESI_CACHE_FILE_HEADER_SIZE;
+constexpr std::string_view kKeyPrefix = ESI_CACHE_FILE_KEY_PREFIX;
+
+static_assert(sizeof(uint64_t) == ESI_CACHE_FILE_VERSION_SIZE);
+static_assert(sizeof(uint16_t) == ESI_CACHE_FILE_HEADER_START_SIZE);
+static_assert(sizeof(uint16_t) == ESI_CACHE_FILE_BODY_START_SIZE);
+static_assert(sizeof(uint8_t) == ESI_CACHE_FILE_VARY_LEN_SIZE);
+static_assert(sizeof(Md5) == ESI_CACHE_FILE_VARIANT_SIZE);
 
 template <typename T>
 T load(std::string_view bytes, size_t at) {
@@ -84,7 +93,9 @@ std::optional<CacheFile> parseCacheFile(std::string_view head, std::string* why,
     return std::nullopt;
   };
   if (head.size() < kHeaderSize + kKeyPrefix.size()) return refuse("shorter than a cache header");
-  if (load<uint64_t>(head, 0) != kVersion) return refuse("not a version 5 cache file");
+  if (load<uint64_t>(head, ESI_CACHE_FILE_VERSION_AT) != kVersion) {
+    return refuse("not a version 5 cache file");
+  }
 
   const size_t headerStart = load<uint16_t>(head, kHeaderStartAt);
   const size_t bodyStart = load<uint16_t>(head, kBodyStartAt);

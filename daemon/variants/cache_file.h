@@ -1,8 +1,10 @@
 // Reads what esid needs from one of NGINX's cache files (proxy, fastcgi,
 // uwsgi and scgi caches write the same): the key it was stored under, which
-// variant of that key it is, and the purge tags its response carried.  Layout: ngx_http_file_cache_header_t, version 5, x86-64
-// (see ../shared/NOTES.md), then "\nKEY: <key>\n", then the raw upstream
-// response from header_start.
+// variant of that key it is, and the purge tags its response carried.
+// Layout: ngx_http_file_cache_header_t, version 5, x86-64, at the offsets of
+// include/esi/cache_file.h (which the module checks against the NGINX it is
+// built for), then "\nKEY: <key>\n", then the raw upstream response from
+// header_start.
 
 #pragma once
 

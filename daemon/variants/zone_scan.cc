@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "esi/cache_file.h"
 #include "transport/unique_fd.h"
 
 namespace esi {
@@ -25,10 +26,11 @@ bool readHead(const std::filesystem::path& file, std::string& head) {
   ssize_t n = pread(fd.get(), head.data(), head.size(), 0);
   if (n < 0) return false;
   head.resize(static_cast<size_t>(n));
-  // body_start (a u16 at offset 56) says how much the header block spans.
-  if (head.size() >= 58) {
+  // body_start (a u16) says how much the header block spans.
+  constexpr size_t kBodyStartAt = ESI_CACHE_FILE_BODY_START_AT;
+  if (head.size() >= kBodyStartAt + sizeof(uint16_t)) {
     uint16_t bodyStart;
-    __builtin_memcpy(&bodyStart, head.data() + 56, sizeof(bodyStart));
+    __builtin_memcpy(&bodyStart, head.data() + kBodyStartAt, sizeof(bodyStart));
     if (bodyStart > head.size() && head.size() == kFirstRead) {
       head.resize(bodyStart);
       n = pread(fd.get(), head.data(), head.size(), 0);

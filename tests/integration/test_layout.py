@@ -1,0 +1,121 @@
+"""The structures NGINX keeps private that the module reads (README, "What
+the module reads of NGINX's private structures"), in the builds of
+tests/build-matrix.sh, which sets ESI_MATRIX_LAYOUT: "kept" for an nginx
+built from its own source, where `nginx -t` passes; "moved" for one whose
+gzip filter and proxy module have a member more at the start of their
+location configuration and whose cache file header has one after its
+version, where `nginx -t` fails naming each of them and this nginx's
+version.  Skipped anywhere else."""
+
+import os
+import re
+import subprocess
+import unittest
+
+from harness import NGINX, EsiTestCase, free_port
+
+LAYOUT = os.environ.get("ESI_MATRIX_LAYOUT")
+
+# the member build-matrix.sh's move_layouts adds: an ngx_flag_t or ngx_uint_t
+MOVED_BY = 8
+
+
+class NginxTest(EsiTestCase):
+
+    def nginx_t(self):
+        self.port = free_port()
+        conf = os.path.join(self.tmp, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(self.nginx_conf())
+        log = os.path.join(self.tmp, "conftest.log")
+        r = subprocess.run(
+            [NGINX, "-t", "-p", self.tmp + "/", "-e", log, "-c", conf],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        return r.returncode, r.stderr.decode()
+
+    def version(self):
+        r = subprocess.run([NGINX, "-v"], capture_output=True, timeout=30)
+        return re.search(r"nginx/[0-9.]+", r.stderr.decode()).group(0)
+
+
+@unittest.skipUnless(LAYOUT == "kept", "run by tests/build-matrix.sh, "
+                     "nginx with moved layouts")
+class KeptLayoutTest(NginxTest):
+
+    def test_nginx_t_passes_with_nginx_s_own_layouts(self):
+        code, out = self.nginx_t()
+        self.assertNotIn("ngx_http_esi_module:", out)
+        self.assertEqual(code, 0, out)
+        self.assertIn("test is successful", out)
+
+
+@unittest.skipUnless(LAYOUT == "moved", "run by tests/build-matrix.sh, "
+                     "nginx built from its own source")
+class MovedLayoutTest(NginxTest):
+
+    def setUp(self):
+        super().setUp()
+        self.code, self.out = self.nginx_t()
+        self.assertNotEqual(self.code, 0, self.out)
+        self.assertIn("test failed", self.out)
+        self.nginx_version = self.version()
+
+    def moved(self, module, directive):
+        """The offsets the [emerg] line about DIRECTIVE of MODULE gives:
+        where it is, where the module expected it."""
+        m = re.search(
+            r"\[emerg\] .*ngx_http_esi_module: %s's %s keeps \"%s\" at "
+            r"offset (\d+) of its location configuration, not (\d+): "
+            r"this module reads (.*?) as NGINX lays it out and cannot read "
+            r"it here" % (re.escape(self.nginx_version), module, directive),
+            self.out)
+        self.assertIsNotNone(m, self.out)
+        return int(m.group(1)), int(m.group(2)), m.group(3)
+
+    def test_the_gzip_flag_moved_fails_nginx_t(self):
+        at, expected, reads = self.moved("ngx_http_gzip_filter_module",
+                                         "gzip")
+        self.assertEqual((at, expected), (MOVED_BY, 0))
+        self.assertEqual(reads, 'the "gzip" flag')
+
+    def test_the_proxy_upstream_configuration_moved_fails_nginx_t(self):
+        for directive, member in (("proxy_connect_timeout", "upstream"),
+                                  ("proxy_cache_valid", "cache_zone")):
+            at, expected, reads = self.moved("ngx_http_proxy_module",
+                                             directive)
+            self.assertEqual(at - expected, MOVED_BY)
+            self.assertEqual(reads, "its ngx_http_upstream_conf_t (%s)"
+                             % member)
+
+    def test_the_cache_file_header_moved_fails_nginx_t(self):
+        # include/esi/cache_file.h: where esid reads each member
+        for member, at, size in (("header_start", 54, 2),
+                                 ("body_start", 56, 2),
+                                 ("vary_len", 187, 1),
+                                 ("vary", 188, 128),
+                                 ("variant", 316, 16)):
+            self.assertIn(
+                "ngx_http_esi_module: %s's cache file header "
+                "(ngx_http_file_cache_header_t) keeps \"%s\" at offset %d "
+                "(size %d), not at %d (size %d), where esid reads it: esid "
+                "cannot index this nginx's caches"
+                % (self.nginx_version, member, at + MOVED_BY, size, at, size),
+                self.out)
+        self.assertIn(
+            "ngx_http_esi_module: %s's cache file header "
+            "(ngx_http_file_cache_header_t) is %d bytes, not 336, where esid "
+            "reads the KEY line" % (self.nginx_version, 336 + MOVED_BY),
+            self.out)
+        self.assertNotIn('keeps "version"', self.out)
+
+    def test_what_did_not_move_is_not_named(self):
+        # fastcgi, uwsgi and scgi are built from their own source
+        lines = [line for line in self.out.splitlines()
+                 if "ngx_http_esi_module:" in line]
+        self.assertEqual(len(lines), 1 + 2 + 5 + 1, self.out)
+        for module in ("fastcgi", "uwsgi", "scgi"):
+            self.assertNotIn("ngx_http_%s_module" % module, self.out)
+
+
+if __name__ == "__main__":
+    unittest.main()
