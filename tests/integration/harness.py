@@ -169,8 +169,8 @@ class Response:
 QUIC_LISTEN = """
         listen 127.0.0.1:@@PORT@@ quic;
         http3 on;
-        ssl_certificate @@TMP@@/h3-cert.pem;
-        ssl_certificate_key @@TMP@@/h3-key.pem;
+        ssl_certificate @@TMP@@/cert.pem;
+        ssl_certificate_key @@TMP@@/key.pem;
 """
 
 _nginx_v = None
@@ -254,13 +254,15 @@ class EsiTestCase(unittest.TestCase):
         if why is not None:
             self.fail(why)
 
-    def _make_certificate(self):
+    def make_certificate(self):
+        """A self-signed certificate for localhost, @@TMP@@/cert.pem and
+        key.pem, for the test's TLS and QUIC listeners."""
         made = subprocess.run(
             [OPENSSL, "req", "-x509", "-newkey", "ec", "-pkeyopt",
              "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
              "/CN=localhost", "-days", "1",
-             "-keyout", os.path.join(self.tmp, "h3-key.pem"),
-             "-out", os.path.join(self.tmp, "h3-cert.pem")],
+             "-keyout", os.path.join(self.tmp, "key.pem"),
+             "-out", os.path.join(self.tmp, "cert.pem")],
             stdin=subprocess.DEVNULL, capture_output=True, check=False)
         self.assertEqual(made.returncode, 0, made.stderr.decode())
 
@@ -415,7 +417,7 @@ class EsiTestCase(unittest.TestCase):
         if self.ESID and self.esid is None:
             self.start_esid()
         if self.HTTP3:
-            self._make_certificate()
+            self.make_certificate()
 
         def conf(port):
             self.port = port

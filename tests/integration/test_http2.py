@@ -19,7 +19,6 @@ import unittest
 from harness import EsiTestCase, free_port, h2, poll
 
 H2LOAD = shutil.which("h2load") or "/usr/bin/h2load"
-OPENSSL = shutil.which("openssl") or "/usr/bin/openssl"
 INCLUDES = 32
 STREAMS = 100           # h2load -m: concurrent streams per connection
 REQUESTS = 1000         # h2load -n
@@ -69,14 +68,7 @@ class Http2TestCase(EsiTestCase):
         super().setUp()
         self.origin.prefix("/frag/", lambda target: "[fragment %s]" %
                            target.rsplit("/", 1)[1])
-        made = subprocess.run(
-            [OPENSSL, "req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-subj",
-             "/CN=localhost", "-days", "1",
-             "-keyout", os.path.join(self.tmp, "key.pem"),
-             "-out", os.path.join(self.tmp, "cert.pem")],
-            stdin=subprocess.DEVNULL, capture_output=True, check=False)
-        self.assertEqual(made.returncode, 0, made.stderr.decode())
+        self.make_certificate()
         self.tls_port = free_port()
         self.SERVER = TLS_SERVER % self.tls_port
 
