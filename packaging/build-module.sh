@@ -25,7 +25,7 @@
 #                     build; configured and that header generated if missing)
 #   --cc-opt OPTS     more compiler options
 #
-# Without --nginx or --args-file the arguments are --with-compat alone: the
+# Without --nginx, --args-file or CONFIGURE ARGS, --with-compat alone: the
 # module then loads into any nginx of that version built with --with-compat
 # (nginx.org's, Ubuntu's and Debian's packages are).  Arguments a version
 # does not know (--with-http_v3_module before 1.25) are left out, with a
@@ -107,8 +107,8 @@ if [ -n "$args_file" ]; then
                              "$args_file")
     args+=("${file_args[@]}")
 fi
-[ ${#args[@]} -gt 0 ] || args=(--with-compat)
 args+=("${extra[@]}")
+[ ${#args[@]} -gt 0 ] || args=(--with-compat)
 
 [ -n "$out" ] || out=$root/build-module/nginx-$version${static:+-static}
 tree=$out/tree

@@ -24,6 +24,9 @@
 #            left at BUILD_DIR/matrix/mainline for run.sh's whole suite.
 #            test_layout's kept layouts on each.
 #   VERSION-static  the same tree with the module compiled in: built only
+#   VERSION-nocompat  the newest's module without --with-compat: test_abi
+#            loads it, and the version before's, into the newest nginx,
+#            which must refuse both
 #
 #   tests/build-matrix.sh [BUILD_DIR]
 #
@@ -139,16 +142,26 @@ variants=(
 )
 tarballs=$(ls "$sources"/nginx-*.tar.gz 2>/dev/null | sort -V)
 newest=$(tail -n 1 <<<"$tarballs")
+# Modules NGINX must refuse at load_module (test_abi, against the newest):
+# one built for the version before it, one for it without --with-compat.
+foreign=
 for tarball in $tarballs; do
     version=$(basename "$tarball" .tar.gz)
     version=${version#nginx-}
     flags="--with-compat --with-http_gunzip_module --with-threads"
+    tests="test_smoke test_layout"
     if [ "$tarball" = "$newest" ]; then
+        variants+=("$version-nocompat|$tarball|module|--with-http_gunzip_module|1|kept|")
+        foreign="$foreign $matrix/$version-nocompat/ngx_http_esi_module.so"
         flags="--args-file=$root/packaging/nginx.org-configure-args --with-debug"
+        tests="$tests test_abi"
+    else
+        previous=$matrix/$version/ngx_http_esi_module.so
     fi
-    variants+=("$version|$tarball|dynamic|$flags|1|kept|test_smoke test_layout"
+    variants+=("$version|$tarball|dynamic|$flags|1|kept|$tests"
                "$version-static|$tarball|static|--with-http_gunzip_module|1|kept|")
 done
+foreign="${previous:-}$foreign"
 if [ -z "$tarballs" ]; then
     failed=$((failed + 1))
     echo "build-matrix: FAILED no nginx-*.tar.gz in $sources"
@@ -160,7 +173,10 @@ build_variant() {
     local dir=$matrix/$name
     [ -f "$source/stamp" ] || [ "$source" != "$moved" ] || return 1
     local opts=(--out "$dir" --build-dir "$build" --cc-opt "-g -O1")
-    [ "$link" = static ] && opts+=(--static) || opts+=(--binary)
+    case $link in
+        static) opts+=(--static) ;;
+        dynamic) opts+=(--binary) ;;
+    esac
     local extra=() file
     case $flags in
         --args-file=*)
@@ -210,7 +226,8 @@ for v in "${variants[@]}"; do
     (cd tests/integration &&
         ESI_NGINX=$matrix/$name/nginx ESI_MODULE=$module ESI_BUILD_DIR=$build \
         ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib \
-        ESI_MATRIX_LAYOUT=$layout PYTHONDONTWRITEBYTECODE=1 \
+        ESI_MATRIX_LAYOUT=$layout ESI_MATRIX_FOREIGN="$foreign" \
+        PYTHONDONTWRITEBYTECODE=1 \
         ESI_RESULTS_DIR=$results \
         python3 run_counted.py $tests) >"$matrix/$name/tests.log" 2>&1
     rc=$?
