@@ -2,8 +2,9 @@
 # The whole gate: dependencies, a RelWithDebInfo build (esid, the module)
 # and its integration tests, then an ASan+UBSan build of esid, the unit
 # tests, nginx and the module, and every ctest test; then fuzzing, the bench
-# smoke, static checks, the build matrix and the packages.  Ends with one
-# line "N passed, N failed, N skipped"; exits non-zero on any failure.
+# smoke, static checks, the build matrix (every NGINX version), the whole
+# integration suite again on mainline NGINX, and the packages.  Ends with
+# one line "N passed, N failed, N skipped"; exits non-zero on any failure.
 #
 # What is counted (tests/README.md, "What the gate counts"): each unit test
 # (one ctest test per gtest), each integration test *method* (not each
