@@ -178,6 +178,7 @@ typedef struct {
     size_t                     buffer_size;
     ngx_int_t                  max_depth;
     ngx_uint_t                 max_includes;
+    ngx_uint_t                 max_request_includes;
     off_t                      max_page_size;
     size_t                     max_tag_size;
     off_t                      max_fragment_size;
@@ -342,6 +343,8 @@ typedef struct ngx_http_esi_ctx_s {
     off_t                      plan_length;
     off_t                      base;        /* first byte esid parses */
     ngx_uint_t                 includes;    /* issued, alt= not counted */
+    ngx_uint_t                 tree_includes; /* the client request's, at
+                                                 its outermost page */
     ngx_http_esi_mapping_t    *arena;       /* the plan's segments are here */
     ngx_http_esi_mapping_t    *pins;        /* ... pinned in this table */
     uint32_t                   pin;         /* ... at this slot + 1 */

@@ -9,6 +9,8 @@
 #include "ngx_http_esi.h"
 
 
+static ngx_int_t ngx_http_esi_include_count(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_str_t *path);
 static void ngx_http_esi_include_in_memory(ngx_http_request_t *sr);
 static ngx_int_t ngx_http_esi_include_done(ngx_http_request_t *r, void *data,
     ngx_int_t rc);
@@ -75,6 +77,10 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         }
     }
 
+    if (ngx_http_esi_include_count(r, ctx, path) != NGX_OK) {
+        return ngx_http_esi_include_failed(r, ctx, insn, alt);
+    }
+
     /* what came before the include goes first, ordered by postpone */
 
     if (ctx->out && ngx_http_esi_filter_output(r, ctx) == NGX_ERROR) {
@@ -133,6 +139,50 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ctx->wait_failed = 0;
 
     return NGX_OK;
+}
+
+
+/*
+ * esi_max_includes bounds one page; nested pages multiply it.  Every
+ * subrequest an include issues, alt= ones too, is also counted for the
+ * client request as a whole, at its outermost ESI page (r->main's, unless
+ * r->main is no ESI page itself); they all share r->main's pool.
+ */
+
+static ngx_int_t
+ngx_http_esi_include_count(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
+    ngx_str_t *path)
+{
+    ngx_http_request_t       *pr;
+    ngx_http_esi_ctx_t       *root, *pctx;
+    ngx_http_esi_loc_conf_t  *mlcf;
+
+    root = ctx;
+
+    for (pr = r->parent; pr; pr = pr->parent) {
+        pctx = ngx_http_get_module_ctx(pr, ngx_http_esi_module);
+
+        if (pctx) {
+            root = pctx;
+        }
+    }
+
+    mlcf = ngx_http_get_module_loc_conf(r->main, ngx_http_esi_module);
+
+    if (root->tree_includes < mlcf->max_request_includes) {
+        root->tree_includes++;
+        return NGX_OK;
+    }
+
+    if (root->tree_includes++ == mlcf->max_request_includes) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "esi: include \"%V\" is past the %ui includes of "
+                      "the request \"%V\" (esi_max_request_includes), "
+                      "the rest fail",
+                      path, mlcf->max_request_includes, &r->main->uri);
+    }
+
+    return NGX_DECLINED;
 }
 
 

@@ -97,6 +97,13 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       offsetof(ngx_http_esi_loc_conf_t, max_includes),
       NULL },
 
+    { ngx_string("esi_max_request_includes"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, max_request_includes),
+      NULL },
+
     { ngx_string("esi_max_page_size"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_off_slot,
@@ -392,6 +399,7 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->buffer_size = NGX_CONF_UNSET_SIZE;
     elcf->max_depth = NGX_CONF_UNSET;
     elcf->max_includes = NGX_CONF_UNSET_UINT;
+    elcf->max_request_includes = NGX_CONF_UNSET_UINT;
     elcf->max_page_size = NGX_CONF_UNSET;
     elcf->max_tag_size = NGX_CONF_UNSET_SIZE;
     elcf->max_fragment_size = NGX_CONF_UNSET;
@@ -422,6 +430,8 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               16 * 1024);
     ngx_conf_merge_value(conf->max_depth, prev->max_depth, 5);
     ngx_conf_merge_uint_value(conf->max_includes, prev->max_includes, 256);
+    ngx_conf_merge_uint_value(conf->max_request_includes,
+                              prev->max_request_includes, 256);
     ngx_conf_merge_off_value(conf->max_page_size, prev->max_page_size,
                              64 * 1024 * 1024);
     ngx_conf_merge_size_value(conf->max_tag_size, prev->max_tag_size,

@@ -1,5 +1,6 @@
 """Limits, each with a directive and a clear line in the error log:
-includes per page (esi_max_includes), a page that includes itself, page
+includes per page (esi_max_includes) and per client request
+(esi_max_request_includes), a page that includes itself, page
 size (esi_max_page_size), tag size (esi_max_tag_size), fragment size
 (esi_max_fragment_size); nesting depth is test_markup's."""
 
@@ -22,6 +23,36 @@ class MaxIncludesTest(EsiTestCase):
         self.assertEqual(self.origin.hits("/esi/3"), 0)
         self.assertEqual(self.error_log().count(
             '"/p" has more than 3 includes (esi_max_includes)'), 1)
+
+
+def self_including(target):
+    """A page that includes itself three times, with arguments that differ
+    at every level: no loop, nothing the cache could answer twice."""
+    _, _, query = target.partition("?")
+    return "".join('<esi:include src="/s?%s%d"/>' % (query, i)
+                   for i in range(3)).encode()
+
+
+class MaxRequestIncludesTest(EsiTestCase):
+    """esi_max_includes bounds one page; at the default esi_max_depth 5 a
+    page of three includes of itself makes 3 + 9 + 27 + 81 + 243 = 363."""
+
+    def setUp(self):
+        super().setUp()
+        self.origin.route("/s", self_including)
+
+    def assertBounded(self, bound):
+        self.assertEqual(self.get("/s")[0], 200)
+        self.assertEqual(self.origin.hits_under("/s"), 1 + bound)
+        self.assertEqual(self.error_log().count(
+            "includes of the request \"/s\" (esi_max_request_includes)"), 1)
+
+    def test_the_default_bounds_the_whole_tree_at_256(self):
+        self.assertBounded(256)
+
+    def test_the_directive_bounds_it_across_every_level(self):
+        self.SERVER = "esi_max_request_includes 20;"
+        self.assertBounded(20)
 
 
 class SelfIncludeTest(EsiTestCase):
