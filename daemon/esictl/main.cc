@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "esi.capnp.h"
+#include "esictl/reply.h"
 
 namespace {
 
@@ -38,10 +39,10 @@ using Clock = std::chrono::steady_clock;
 constexpr int kAnswerTimeoutMs = 5000;
 constexpr size_t kMaxReplyBytes = 16 << 20;
 
-// A failure the user can act on; printed as one line, exit code 1.
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// A failure the user can act on; printed as one line, exit code 1.  Also
+// what parseControlReply throws, so that no answer is returned from inside
+// a try block (see reply.cc).
+using Failure = esi::ControlFailure;
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "esictl: %s\n", message.c_str());
@@ -138,26 +139,7 @@ nlohmann::json ask(const std::string& socketPath, const std::string& command,
   if (bytes.empty()) {
     throw Failure("esid at " + socketPath + " closed the connection without answering");
   }
-  if (bytes.size() % sizeof(capnp::word) != 0) throw Failure("esid answered garbage");
-  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), bytes.data(), bytes.size());
-  try {
-    capnp::FlatArrayMessageReader reader(words);
-    auto reply = reader.getRoot<esi::wire::ControlReply>();
-    const std::string body = reply.getBody().cStr();
-    if (!reply.getOk()) {
-      std::string why = "esid refused: " + body;
-      if (body.rfind("permission denied", 0) == 0) {
-        why += " (run esictl as root or as esid's own user)";
-      }
-      throw Failure(why);
-    }
-    return nlohmann::json::parse(body);
-  } catch (const kj::Exception& e) {
-    throw Failure(std::string("esid answered garbage: ") + e.getDescription().cStr());
-  } catch (const nlohmann::json::exception& e) {
-    throw Failure(std::string("esid answered malformed JSON: ") + e.what());
-  }
+  return esi::parseControlReply(bytes.data(), bytes.size());
 }
 
 // ---------------------------------------------------------------------------

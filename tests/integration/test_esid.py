@@ -3,6 +3,7 @@ may not connect), socket activation, SIGTERM, --help, and esictl."""
 
 import grp
 import os
+import pwd
 import signal
 import stat
 import subprocess
@@ -286,6 +287,59 @@ class ControlCredentialsTest(EsiTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(b"streams", r.stdout)
 
+
+
+def ensure_user(name, group):
+    """A real unprivileged user `name` whose primary group is `group`
+    (both made when missing), for tests that run as root."""
+    if subprocess.run(["getent", "group", group],
+                      capture_output=True).returncode != 0:
+        subprocess.run(["groupadd", "--system", group], check=True)
+    if subprocess.run(["getent", "passwd", name],
+                      capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home",
+                        "--shell", "/usr/sbin/nologin", "--gid", group,
+                        name], check=True)
+
+
+class EsictlRefusedTest(EsiTestCase):
+    """A user in the socket's group, so connect() succeeds, but not allowed
+    to control esid (no control_group): every esictl command prints esid's
+    refusal and exits 1.  `esictl zones` (and on other builds `stats`) died
+    with SIGSEGV there, destroying a JSON value never made (issue 33)."""
+
+    USER_NAME = "esi-refused"
+    GROUP = "esi-socket"
+    COMMANDS = (["stats"], ["stats", "--json"], ["stats", "--prometheus"],
+                ["top", "--once"], ["zones"], ["zones", "--json"],
+                ["variants", "z", "k"], ["variants", "z", "k", "--json"],
+                ["plans"], ["plans", "z"], ["plans", "--json"],
+                ["purge", "z", "k"], ["purge", "z", "p", "--prefix"],
+                ["purge", "z", "t", "--tag", "--json"],
+                ["purge", "z", "k", "--fleet", "--wait", "1"],
+                ["fleet"], ["fleet", "--json"], ["log", "--dump"],
+                ["log", "--dump", "--json"], ["log"])
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("needs root to add a user and switch to it")
+        ensure_user(self.USER_NAME, self.GROUP)
+        os.chmod(self.tmp, 0o711)
+
+    def test_every_command_prints_the_refusal(self):
+        self.start_esid("--socket-group", self.GROUP)
+        for command in self.COMMANDS:
+            r = subprocess.run(
+                ["runuser", "-u", self.USER_NAME, "--", ESICTL, "--socket",
+                 self.socket_path] + command, capture_output=True,
+                timeout=30, stdin=subprocess.DEVNULL)
+            self.assertEqual(
+                (r.returncode, r.stdout, r.stderr),
+                (1, b"", b"esictl: esid refused: permission denied: uid %d "
+                 b"may not control esid (run esictl as root or as esid's "
+                 b"own user)\n" % pwd.getpwnam(self.USER_NAME).pw_uid),
+                command)
 
 if __name__ == "__main__":
     unittest.main()
