@@ -17,16 +17,22 @@ class Route:
     """What the origin answers for one path (or every path under a prefix)."""
 
     def __init__(self, body, status=200, content_type="text/html",
-                 headers=(), gzip=False, length=True):
+                 headers=(), gzip=False, length=True, by_header=None):
         self.body = body
+        self.by_header = by_header
         self.status = status
         self.content_type = content_type
         self.headers = list(headers)
         self.gzip = gzip
         self.length = length
 
-    def render(self, target):
-        body = self.body(target) if callable(self.body) else self.body
+    def render(self, target, request_headers):
+        if self.by_header:
+            body = self.body[request_headers.get(self.by_header, "")]
+        elif callable(self.body):
+            body = self.body(target)
+        else:
+            body = self.body
         if isinstance(body, str):
             body = body.encode()
         return body
@@ -108,16 +114,18 @@ class Origin:
     # -- registering what to serve -------------------------------------
 
     def route(self, path, body, status=200, content_type="text/html",
-              headers=(), gzip=False, length=True):
+              headers=(), gzip=False, length=True, by_header=None):
         """Answer requests for exactly `path` (with or without its query).
 
-        `body` is bytes, str, or a callable taking the request target.
+        `body` is bytes, str, or a callable taking the request target;
+        with `by_header`, a dict from that request header's value to the
+        body (the variants of a `Vary: by_header` object).
         `length=False`: no Content-Length, the body ends when the
         connection closes (HTTP/1.0).
         """
         with self._lock:
             self._routes[path] = Route(body, status, content_type, headers,
-                                       gzip, length)
+                                       gzip, length, by_header)
 
     def prefix(self, prefix, body, status=200, content_type="text/html",
                headers=(), gzip=False):
@@ -266,7 +274,7 @@ class Origin:
             if route is None:
                 route = Route(b"no route for " + target.encode() + b"\n",
                               status=404, content_type="text/plain")
-            body = route.render(target)
+            body = route.render(target, handler.headers)
             if route.gzip:
                 body = gzip_module.compress(body, mtime=0)
             handler.send_response(route.status)
