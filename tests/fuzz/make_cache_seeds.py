@@ -16,17 +16,17 @@ import glob
 import http.server
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 
 corpus = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "corpus")
-NGINX = os.environ.get("ESI_NGINX", "/usr/sbin/nginx")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "support"))
+from esitest import NGINX, free_port, poll, tcp_port_answers  # noqa: E402
 
 # path -> (request headers, response headers)
 PAGES = {
@@ -89,20 +89,6 @@ class Origin(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def until(condition, what, seconds=10):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            sys.exit("make_cache_seeds: no " + what)
-        time.sleep(0.05)
-
-
 def write(name, data):
     with open(os.path.join(corpus, "fuzz_cache_file", name), "wb") as f:
         f.write(data)
@@ -122,20 +108,16 @@ def main():
     nginx = subprocess.Popen([NGINX, "-p", tmp + "/", "-e", tmp + "/error.log",
                               "-c", tmp + "/nginx.conf", "-g", "daemon off;"])
     try:
-        def answers():
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return True
-            except OSError:
-                return False
-        until(answers, "nginx")
+        if not poll(lambda: tcp_port_answers(port)):
+            sys.exit("make_cache_seeds: nginx did not answer")
         for path, (headers, _) in PAGES.items():
             request = urllib.request.Request(
                 "http://127.0.0.1:%d%s" % (port, path), headers=headers)
             urllib.request.urlopen(request).read()
         files = lambda: [p for p in glob.glob(tmp + "/cache/*/*/*")
                          if os.path.isfile(p)]
-        until(lambda: len(files()) == len(PAGES), "cache file for every page")
+        if not poll(lambda: len(files()) == len(PAGES)):
+            sys.exit("make_cache_seeds: no cache file for every page")
     finally:
         nginx.terminate()
         nginx.wait()
