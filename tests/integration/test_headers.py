@@ -92,14 +92,17 @@ class PassThroughTest(EsiTestCase):
         self.assertIn(self.esi_status(1), ("", "-"))
 
 
-class EsiTypesTest(EsiTestCase):
-    # Like ssi_types and sub_filter_types: the listed types are processed
-    # in addition to text/html.
-    LOCATION = "esi_types application/xhtml+xml;"
+class EsiTypesTestCase(EsiTestCase):
 
     def setUp(self):
         super().setUp()
         self.origin.route("/esi/x", "X")
+
+
+class EsiTypesTest(EsiTypesTestCase):
+    # Like ssi_types and sub_filter_types: the listed types are processed
+    # in addition to text/html.
+    LOCATION = "esi_types application/xhtml+xml;"
 
     def test_listed_type_is_processed(self):
         self.origin.route("/page.xhtml", PAGE,
@@ -114,6 +117,17 @@ class EsiTypesTest(EsiTestCase):
         self.origin.route("/page.txt", PAGE, content_type="text/plain")
         self.assertBody("/page.txt", PAGE.encode())
 
+
+
+class EsiTypesAnyTest(EsiTypesTestCase):
+    LOCATION = "esi_types *;"
+
+    def test_every_type_is_processed(self):
+        for path, content_type in (("/page.txt", "text/plain"),
+                                   ("/page.json", "application/json"),
+                                   ("/page.bin", "")):
+            self.origin.route(path, PAGE, content_type=content_type)
+            self.assertBody(path, b"aXc")
 
 if __name__ == "__main__":
     unittest.main()

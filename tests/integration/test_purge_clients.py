@@ -141,6 +141,15 @@ class XkeyTest(ClientTestCase):
                           "tag; count=1")
         self.assertState(missed=["/a"], hit=["/b", "/c"])
 
+    def test_purge_with_cache_tag_and_commas(self):
+        """Cloudflare-style: the purge names its tags as its pages do,
+        comma-separated in Cache-Tag; a tag is one tag whatever header
+        carried it on the page."""
+        self.store_all()
+        r = self.purge("/", {"Cache-Tag": "k1,k4"})
+        self.assertPurged(r, 200, "tag; count=2")
+        self.assertState(missed=["/a", "/c"], hit=["/b"])
+
     def test_purgekeys_with_xkey_purge_and_several_keys(self):
         self.store_all()
         r = self.purge("/", {"xkey-purge": "k3 k4"}, method="PURGEKEYS")
