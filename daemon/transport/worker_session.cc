@@ -200,7 +200,10 @@ WorkerSession::~WorkerSession() {
   stats_.activeStreams -= streams_.size();
   --stats_.activeConnections;
   orders_.withdraw(this);
-  if (!reportsDrained_) {
+  // Answers the worker never read may be purges it never carried out,
+  // though the index already forgot their files.
+  const bool answersUnread = !pending_.empty() || esi_ring_used(&rings_.responses()) > 0;
+  if (!reportsDrained_ || answersUnread) {
     for (const std::string& zone : zones_) purger_.connectionEnded(zone);
   }
   // Requests of the worker may still be sending segments it pinned.

@@ -71,8 +71,8 @@ void Purger::announce(std::string_view name, std::string_view path, uint64_t ind
 void Purger::connectionEnded(std::string_view name) {
   auto it = zones_.find(name);
   if (it == zones_.end()) return;
-  spdlog::info("zone {}: a worker's connection ended with reports unread; its next purge "
-               "reads the directory", name);
+  spdlog::info("zone {}: a worker's connection ended with reports or answers unread; its "
+               "next purge reads the directory", name);
   doubt(it->second);
 }
 

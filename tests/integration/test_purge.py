@@ -342,6 +342,35 @@ class EsidNotRunningTest(PurgeTestCase):
         self.assertEqual(self.worker_pids(), pids)
 
 
+class PurgeTimeoutTest(PurgeTestCase):
+    """esi_purge_timeout: a purge esid does not answer in time is a 503
+    that removed nothing; the worker drops its connection to esid, serves
+    on from the cache, and purges again once esid answers."""
+    HTTP = "esi_purge_timeout 300ms;"
+
+    def test_an_unanswered_purge_is_503_and_the_next_one_purges(self):
+        self.origin.route("/t", "t")
+        self.assertEqual(self.cache_status("/t"), "MISS")
+        self.esid.signal(signal.SIGSTOP)
+        try:
+            r = self.purge("/t")
+        finally:
+            self.esid.signal(signal.SIGCONT)
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(self.error_log().count(
+            "esid did not answer purge"), 1, self.error_log())
+        self.assertEqual(len(self.cache_files()), 1)
+        self.assertEqual(self.cache_status("/t"), "HIT")
+        answers = []
+        self.assertTrue(poll(lambda: answers.append(self.purge("/t")) or
+                             answers[-1].status == 200),
+                        "no purge succeeded after esid came back: %r\n%s" % (
+                            [(a.status, a.body) for a in answers[-3:]],
+                            self.error_log()))
+        self.assertEqual(self.cache_files(), [])
+        self.assertEqual(self.cache_status("/t"), "MISS")
+
+
 class EsidRestartTest(PurgeTestCase):
 
     def attached(self, count):
