@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "esi.capnp.h"
+#include "transport/private_dir.h"
 #include "transport/worker_session.h"
 
 namespace esi {
@@ -37,6 +38,18 @@ int inheritedSocket() {
   unsetenv("LISTEN_FDS");
   unsetenv("LISTEN_FDNAMES");
   return kSystemdFirstFd;
+}
+
+// The directory of esid's socket must be esid's alone (private_dir.h): esid
+// removes a stale socket, binds and gives the socket its group by path.  A
+// directory that does not exist is left to bind to report.
+void requirePrivateSocketDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) requirePrivateDirectory("socket directory", dir, st);
 }
 
 // True when something already accepts connections on path.
@@ -273,6 +286,7 @@ void Server::listen() {
     }
   } else {
     const std::string& path = options_.socketPath;
+    requirePrivateSocketDirectory(path);
     struct stat st;
     if (lstat(path.c_str(), &st) == 0) {
       if (!S_ISSOCK(st.st_mode)) {
