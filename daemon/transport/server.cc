@@ -1,5 +1,6 @@
 #include "transport/server.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -50,6 +51,24 @@ void requirePrivateSocketDirectory(const std::string& path) {
                                                      : path.substr(0, slash);
   struct stat st;
   if (stat(dir.c_str(), &st) == 0) requirePrivateDirectory("socket directory", dir, st);
+}
+
+// Gives the socket esid bound at path to group gid.  fchown on the
+// listening socket would change the socket, not its file, so the file is
+// opened without following a link, checked to be a socket of esid's, and
+// that very file changed: whatever the path names by then.
+void giveSocket(const std::string& path, gid_t gid, const std::string& groupName) {
+  UniqueFd file(open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!file || fstat(file.get(), &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
+    throw std::runtime_error(path + " is no longer the socket esid bound: something replaced "
+                             "it before esid could give it to group " + groupName);
+  }
+  if (fchownat(file.get(), "", static_cast<uid_t>(-1), gid, AT_EMPTY_PATH) != 0) {
+    throw std::runtime_error("cannot give " + path + " to group " + groupName + ": " +
+                             std::strerror(errno) +
+                             " (esid must run as root or as a member of the group)");
+  }
 }
 
 // True when something already accepts connections on path.
@@ -297,26 +316,18 @@ void Server::listen() {
       }
       unlink(path.c_str());
     }
-    // Owner only until the socket has its group; then owner and group (or
-    // the mode asked for): NGINX's workers reach it through the group.
-    const mode_t old = umask(0177);
+    // The socket is born with its mode, so nothing sets one by path.  Its
+    // group is esid's until giveSocket changes it, but nobody can connect
+    // before uv_listen below.
+    const mode_t mode = options_.socketMode.value_or(0660);
+    const mode_t old = umask(~mode & 0777);
     const int rc = uv_pipe_bind(listener_, path.c_str());
     umask(old);
     if (rc != 0) {
       throw std::runtime_error("cannot bind " + path + ": " + uv_strerror(rc));
     }
     ownsPath_ = true;
-    if (options_.socketGroup &&
-        chown(path.c_str(), static_cast<uid_t>(-1), *options_.socketGroup) != 0) {
-      throw std::runtime_error("cannot give " + path + " to group " + options_.socketGroupName +
-                               ": " + std::strerror(errno) +
-                               " (esid must run as root or as a member of the group)");
-    }
-    const mode_t mode = options_.socketMode.value_or(0660);
-    if (chmod(path.c_str(), mode) != 0) {
-      throw std::runtime_error(fmt::format("cannot set mode {:04o} on {}: {}", mode, path,
-                                           std::strerror(errno)));
-    }
+    if (options_.socketGroup) giveSocket(path, *options_.socketGroup, options_.socketGroupName);
     where_ = fmt::format("{}, mode {:04o}{}{}", path, mode,
                          options_.socketGroup ? ", group " : "", options_.socketGroupName);
   }

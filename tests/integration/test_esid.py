@@ -422,12 +422,15 @@ class SocketDirectoryTest(EsiTestCase):
         try:
             esid = start_on_socket(
                 self.spawn, "esid-0", self.as_user() + [
-                    ESID, "--socket", self.path], self.path)
+                    ESID, "--socket", self.path, "--socket-mode", "0620",
+                    "--socket-group", self.USER_NAME], self.path)
         except DidNotStart as e:
             self.fail("esid did not start:\n" + e.log)
         st = os.stat(self.path)
-        self.assertEqual((st.st_uid, stat.S_IMODE(st.st_mode)),
-                         (pwd.getpwnam(self.USER_NAME).pw_uid, 0o660))
+        self.assertEqual(
+            (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)),
+            (pwd.getpwnam(self.USER_NAME).pw_uid,
+             grp.getgrnam(self.USER_NAME).gr_gid, 0o620))
         esid.signal(signal.SIGTERM)
         self.assertEqual(esid.popen.wait(STOP_BOUND), 0, esid.stderr())
 
