@@ -10,13 +10,19 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <gtest/gtest.h>
 
+#include "esi.capnp.h"
 #include "transport/unique_fd.h"
 
 namespace esi {
@@ -74,6 +80,7 @@ class ServerTest : public ::testing::Test {
  protected:
   ServerTest() {
     uv_loop_init(&loop_);
+    uv_timer_init(&loop_, &guard_);
     dir_ = ::testing::TempDir() + "esid-server-XXXXXX";
     if (mkdtemp(dir_.data()) == nullptr) std::abort();
     options_.socketPath = dir_ + "/esid.sock";
@@ -81,6 +88,7 @@ class ServerTest : public ::testing::Test {
 
   ~ServerTest() override {
     attacker = {};
+    uv_close(reinterpret_cast<uv_handle_t*>(&guard_), nullptr);
     if (server_) {
       server_->close();
       uv_run(&loop_, UV_RUN_DEFAULT);  // the clients' handles close
@@ -94,9 +102,53 @@ class ServerTest : public ::testing::Test {
     if (!server_) {
       server_ = std::make_unique<Server>(
           &loop_, options_, stats_, purger_, orders_, plans_, arena_,
-          [](std::string_view, const PeerCredentials&, const ControlAnswerFn&) {});
+          [](std::string_view, const PeerCredentials&, const ControlAnswerFn& answer) {
+            answer(ControlAnswer{true, "{}"});
+          });
     }
     return *server_;
+  }
+
+  // A client of esid's socket: the backlog takes it before esid accepts.
+  UniqueFd connectClient() {
+    UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, options_.socketPath.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+        << std::strerror(errno);
+    return fd;
+  }
+
+  static void sayControlHello(int fd) {
+    capnp::MallocMessageBuilder message;
+    auto hello = message.initRoot<wire::Hello>();
+    hello.setVersion(wire::PROTOCOL_VERSION);
+    hello.setControl("stats");
+    const auto words = capnp::messageToFlatArray(message);
+    const auto bytes = words.asBytes();
+    EXPECT_EQ(write(fd, bytes.begin(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+
+  // What the client of fd sees now: "closed" by esid, "answered" (bytes
+  // to read) or "open".
+  static std::string state(int fd) {
+    char byte;
+    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return "closed";
+    if (n > 0) return "answered";
+    return errno == EAGAIN ? "open" : std::strerror(errno);
+  }
+
+  // Runs the loop until done() holds; false if it still did not after a
+  // minute (a failure, not a hang).
+  bool runUntil(const std::function<bool()>& done) {
+    bool expired = false;
+    guard_.data = &expired;
+    uv_timer_start(&guard_, [](uv_timer_t* t) { *static_cast<bool*>(t->data) = true; }, 60000, 0);
+    while (!done() && !expired) uv_run(&loop_, UV_RUN_ONCE);
+    uv_timer_stop(&guard_);
+    return !expired;
   }
 
   // A file of mode 0600 the attacker would have esid change.
@@ -126,6 +178,7 @@ class ServerTest : public ::testing::Test {
   SegmentArena arena_{SegmentArena::kMinBytes};  // before the plans it holds
   PlanStore plans_;
   std::unique_ptr<Server> server_;
+  uv_timer_t guard_;
 };
 
 TEST_F(ServerTest, TheSocketIsBornWithItsModeAndNothingSetsOneByPath) {
@@ -156,6 +209,33 @@ TEST_F(ServerTest, ASocketDirectoryOthersMayWriteInIsRefused) {
         << e.what();
   }
   EXPECT_NE(access(options_.socketPath.c_str(), F_OK), 0);
+}
+
+TEST_F(ServerTest, AConnectionThatSaysNoHelloIsClosedAtItsDeadline) {
+  options_.helloTimeoutMs = 1;
+  server().listen();
+  const UniqueFd silent = connectClient();
+  EXPECT_TRUE(runUntil([&] { return state(silent.get()) == "closed"; }));
+}
+
+TEST_F(ServerTest, PastTheSilentCapANewConnectionIsClosedAtOnceUntilOneSaysHello) {
+  options_.helloTimeoutMs = 3600 * 1000;  // never, here
+  options_.maxSilent = 2;
+  server().listen();
+  const UniqueFd first = connectClient();
+  const UniqueFd second = connectClient();
+  const UniqueFd third = connectClient();
+  ASSERT_TRUE(runUntil([&] { return state(third.get()) == "closed"; }));
+  EXPECT_EQ(state(first.get()), "open");
+  EXPECT_EQ(state(second.get()), "open");
+  // A hello takes its connection out of the silent, and makes room.
+  sayControlHello(first.get());
+  ASSERT_TRUE(runUntil([&] { return state(first.get()) == "answered"; }));
+  const UniqueFd fourth = connectClient();
+  sayControlHello(fourth.get());
+  EXPECT_TRUE(runUntil([&] { return state(fourth.get()) != "open"; }));
+  EXPECT_EQ(state(fourth.get()), "answered");
+  EXPECT_EQ(state(second.get()), "open");
 }
 
 }  // namespace

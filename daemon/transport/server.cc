@@ -93,6 +93,7 @@ class Server::Client {
 
   ~Client() {
     session_.reset();
+    endSilence();
     if (!closing_) {
       uv_close(reinterpret_cast<uv_handle_t*>(pipe_),
                [](uv_handle_t* h) { delete reinterpret_cast<uv_pipe_t*>(h); });
@@ -114,12 +115,20 @@ class Server::Client {
     return session_ && !closing_ ? session_->ringUse() : WorkerSession::RingUse{};
   }
 
+  // Reads the hello, which must come within helloTimeoutMs.
   void start() {
     uv_read_start(reinterpret_cast<uv_stream_t*>(pipe_), onAlloc, onRead);
+    ++server_.silent_;
+    deadline_ = new uv_timer_t;
+    uv_timer_init(server_.loop_, deadline_);
+    deadline_->data = this;
+    uv_timer_start(deadline_, [](uv_timer_t* t) { static_cast<Client*>(t->data)->silentTooLong(); },
+                   server_.options_.helloTimeoutMs, 0);
   }
 
   void close() {
     if (closing_) return;
+    endSilence();
     closing_ = true;
     if (session_) session_->shutdown();
     uv_read_stop(reinterpret_cast<uv_stream_t*>(pipe_));
@@ -172,6 +181,7 @@ class Server::Client {
       return;
     }
 
+    endSilence();  // whether esid takes it or not
     kj::Array<capnp::word> words = kj::heapArray<capnp::word>(total / sizeof(capnp::word));
     std::memcpy(words.begin(), inbox_.data(), total);
     inbox_.clear();
@@ -197,6 +207,22 @@ class Server::Client {
       spdlog::error("malformed client hello: {}", e.getDescription().cStr());
     }
     close();
+  }
+
+  void silentTooLong() {
+    spdlog::warn("closing a connection that said no hello within {:g} s",
+                 static_cast<double>(server_.options_.helloTimeoutMs) / 1000);
+    close();
+  }
+
+  // It said its hello, or goes: its deadline and its place among the
+  // silent go.
+  void endSilence() {
+    if (deadline_ == nullptr) return;
+    uv_close(reinterpret_cast<uv_handle_t*>(deadline_),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    deadline_ = nullptr;
+    --server_.silent_;
   }
 
   void attach() {
@@ -265,6 +291,7 @@ class Server::Client {
 
   Server& server_;
   uv_pipe_t* pipe_;
+  uv_timer_t* deadline_ = nullptr;  // until the hello
   bool closing_ = false;
   bool answered_ = false;
   char readBuffer_[4096] = {};
@@ -358,6 +385,12 @@ void Server::onConnection(uv_stream_t* listener, int status) {
   auto client = std::make_unique<Client>(*self);
   if (uv_accept(listener, reinterpret_cast<uv_stream_t*>(client->pipe())) != 0) {
     return;  // the Client's destructor closes its handle
+  }
+  if (self->silent_ >= self->options_.maxSilent) {
+    spdlog::warn("closing a new connection at once: {} others have not said hello yet (each "
+                 "may take {:g} s)", self->silent_,
+                 static_cast<double>(self->options_.helloTimeoutMs) / 1000);
+    return;
   }
   client->start();
   self->clients_.push_back(std::move(client));

@@ -5,6 +5,7 @@ import grp
 import os
 import pwd
 import signal
+import socket
 import stat
 import subprocess
 import unittest
@@ -257,6 +258,45 @@ class EsictlTest(EsiTestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(missing.encode(), r.stderr)
         self.assertEqual(r.stdout, b"")
+
+
+class SilentConnectionsTest(EsiTestCase):
+    """A connection to esid's socket must say its hello within 10 s, and at
+    most 64 may be waiting to: past them, esid closes a new connection at
+    once, with one warning, and goes on serving the workers attached."""
+
+    REFUSED = ("closing a new connection at once: 64 others have not said "
+               "hello yet (each may take 10 s)")
+
+    def setUp(self):
+        super().setUp()
+        self.origin.route("/page", PAGE)
+        self.origin.route("/esi/x", "X")
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(s.close)
+        s.connect(self.socket_path)
+        return s
+
+    def test_the_65th_silent_connection_is_closed_and_pages_go_on(self):
+        self.assertBody("/page", b"aXc")  # the worker is attached
+        silent = [self.connect() for _ in range(64)]
+        extra = self.connect()
+        extra.settimeout(30)
+        self.assertEqual(extra.recv(1), b"")
+        for s in silent:
+            s.setblocking(False)
+            self.assertRaises(BlockingIOError, s.recv, 1)
+        self.assertTrue(poll(lambda: self.REFUSED in self.esid.stderr()),
+                        self.esid.stderr())
+        self.assertEqual(self.esid.stderr().count(self.REFUSED), 1)
+        self.assertBody("/page", b"aXc")
+        self.assertEqual(self.esi_status(2), "processed")
+        # Gone, they make room: esictl is heard again.
+        for s in silent:
+            s.close()
+        self.assertTrue(poll(lambda: self.esictl("stats").returncode == 0))
 
 
 class ControlCredentialsTest(EsiTestCase):
