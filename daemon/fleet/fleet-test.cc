@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -145,12 +148,49 @@ TEST(GapDetection, ANodeThatReadEverythingTheStreamLostHasNoGap) {
   EXPECT_EQ(lostEntries(3, 2, 5), 0u);    // a stream that makes no sense
 }
 
+// A new directory of the test's own, mode 0700.
 std::string tempDir() {
-  std::string dir = ::testing::TempDir() + "fleet-state-" + std::to_string(getpid());
-  std::remove((dir + "/fleet-esi_purges.state").c_str());
-  mkdir(dir.c_str(), 0700);
+  std::string dir = ::testing::TempDir() + "fleet-state-XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) throw std::runtime_error("mkdtemp " + dir);
   return dir;
 }
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void writeFile(const std::string& path, const std::string& text, mode_t mode) {
+  std::ofstream(path, std::ios::binary) << text;
+  chmod(path.c_str(), mode);
+}
+
+std::set<std::string> namesIn(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.insert(entry.path().filename());
+  }
+  return names;
+}
+
+// load()'s error, "" when it did not throw.
+std::string loadError(const StateFile& file) {
+  try {
+    file.load();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A root-only file where esid's links could lead it: its first line would
+// be quoted in the parse error.
+struct Secret {
+  std::string path = tempDir() + "/secret";
+  Secret() { writeFile(path, "top-secret-first-line\n", 0600); }
+};
 
 TEST(StateFile, APositionSurvivesARestart) {
   const std::string dir = tempDir();
@@ -158,11 +198,95 @@ TEST(StateFile, APositionSurvivesARestart) {
   EXPECT_EQ(file.path(), dir + "/fleet-esi_purges.state");
   EXPECT_FALSE(file.load());
   file.save(FleetPosition{StreamId{1796172032767, 3}, 42});
+  file.save(FleetPosition{StreamId{1796172032767, 4}, 43});
   const auto back = StateFile(dir, "esi:purges").load();
   ASSERT_TRUE(back);
-  EXPECT_EQ(back->last, (StreamId{1796172032767, 3}));
-  EXPECT_EQ(back->ordinal, 42u);
-  EXPECT_NE(access((file.path() + ".tmp").c_str(), F_OK), 0);  // renamed into place
+  EXPECT_EQ(back->last, (StreamId{1796172032767, 4}));
+  EXPECT_EQ(back->ordinal, 43u);
+  // Renamed into place, no temporary left; the owner's alone.
+  EXPECT_EQ(namesIn(dir), std::set<std::string>{"fleet-esi_purges.state"});
+  struct stat st;
+  ASSERT_EQ(stat(file.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+// The attack of issue 33: whoever may write in state_dir plants links where
+// esid (root) reads and writes.
+TEST(StateFile, ALinkAtItsNameIsNeitherFollowedNorQuoted) {
+  const Secret secret;
+  const std::string dir = tempDir();
+  const StateFile file(dir, "esi:purges");
+  ASSERT_EQ(symlink(secret.path.c_str(), file.path().c_str()), 0);
+  const std::string error = loadError(file);
+  EXPECT_NE(error.find(file.path() + " is a symbolic link"), std::string::npos) << error;
+  EXPECT_EQ(error.find("top-secret"), std::string::npos) << error;
+  // A save replaces the link itself.
+  file.save(FleetPosition{StreamId{5, 0}, 1});
+  EXPECT_EQ(readFile(secret.path), "top-secret-first-line\n");
+  struct stat st;
+  ASSERT_EQ(lstat(file.path().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(file.load()->last, (StreamId{5, 0}));
+}
+
+TEST(StateFile, ALinkAtATemporaryNameIsNotWrittenThrough) {
+  const Secret secret;
+  const std::string dir = tempDir();
+  const StateFile file(dir, "esi:purges");
+  // The name esid once wrote its temporary to, O_TRUNC and all.
+  ASSERT_EQ(symlink(secret.path.c_str(), (file.path() + ".tmp").c_str()), 0);
+  file.save(FleetPosition{StreamId{6, 0}, 2});
+  EXPECT_EQ(readFile(secret.path), "top-secret-first-line\n");
+  struct stat st;
+  ASSERT_EQ(stat(secret.path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(file.load()->last, (StreamId{6, 0}));
+}
+
+TEST(StateFile, AHardLinkOrAFifoAtItsNameIsRefusedUnread) {
+  const std::string dir = tempDir();
+  const Secret secret;  // in a directory beside dir: the same file system
+  const StateFile file(dir, "esi:purges");
+  ASSERT_EQ(link(secret.path.c_str(), file.path().c_str()), 0);
+  const std::string linked = loadError(file);
+  EXPECT_NE(linked.find(file.path() + " is not a regular file of one link"), std::string::npos)
+      << linked;
+  ASSERT_EQ(linked.find("top-secret"), std::string::npos) << linked;
+  ASSERT_EQ(unlink(file.path().c_str()), 0);
+  ASSERT_EQ(mkfifo(file.path().c_str(), 0600), 0);
+  EXPECT_NE(loadError(file).find(" is not a regular file"), std::string::npos);
+}
+
+TEST(StateFile, AStateDirOthersMayWriteInOrALinkToOneIsRefused) {
+  const std::string dir = tempDir();
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  try {
+    StateFile(dir, "esi:purges");
+    ADD_FAILURE() << "a state_dir of mode 0777 was taken";
+  } catch (const std::runtime_error& e) {
+    const std::string error = e.what();
+    EXPECT_NE(error.find("state_dir " + dir + " is owned by user "), std::string::npos) << error;
+    EXPECT_NE(error.find("mode 0777: every user may write in it"), std::string::npos) << error;
+    EXPECT_NE(error.find("fix: chmod o-w " + dir), std::string::npos) << error;
+  }
+  ASSERT_EQ(chmod(dir.c_str(), 0700), 0);
+  const std::string link = tempDir() + "/link";
+  ASSERT_EQ(symlink(dir.c_str(), link.c_str()), 0);
+  try {
+    StateFile(link, "esi:purges");
+    ADD_FAILURE() << "a link to a state_dir was followed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "state_dir " + link + " is a symbolic link: name the "
+                                     "directory itself");
+  }
+}
+
+TEST(StateFile, AMissingStateDirIsMade) {
+  const std::string dir = tempDir() + "/new";
+  StateFile(dir, "s").save(FleetPosition{StreamId{1, 0}, std::nullopt});
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
 }
 
 TEST(StateFile, AHandSetPositionHasNoOrdinal) {

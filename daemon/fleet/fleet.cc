@@ -1,13 +1,11 @@
 #include "fleet/fleet.h"
 
 #include <hiredis/hiredis.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <random>
 #include <stdexcept>
-#include <sys/stat.h>
 
 #include <spdlog/spdlog.h>
 
@@ -61,7 +59,7 @@ std::optional<Pairs> pairs(const redisReply* r) {
 
 Fleet::Fleet(uv_loop_t* loop, FleetOptions options, Apply apply, Zones zones)
     : loop_(loop), options_(std::move(options)), apply_(std::move(apply)),
-      zones_(std::move(zones)), state_(options_.stateDir, options_.stream),
+      zones_(std::move(zones)),
       reader_(loop, options_.redis, "fleet reader",
               {[this] { readNext(); }, [this] { reading_ = waiting_ = false; }}),
       writer_(loop, options_.redis, "fleet writer",
@@ -83,20 +81,14 @@ Fleet::Fleet(uv_loop_t* loop, FleetOptions options, Apply apply, Zones zones)
 Fleet::~Fleet() { stop(); }
 
 void Fleet::start() {
-  struct stat st;
-  if (stat(options_.stateDir.c_str(), &st) != 0 && mkdir(options_.stateDir.c_str(), 0750) != 0) {
-    throw std::runtime_error("state_dir " + options_.stateDir + " does not exist and cannot be created");
-  }
-  if (access(options_.stateDir.c_str(), W_OK) != 0) {
-    throw std::runtime_error("state_dir " + options_.stateDir + " is not writable by esid");
-  }
-  position_ = state_.load();
+  state_.emplace(options_.stateDir, options_.stream);
+  position_ = state_->load();
   if (position_) {
     spdlog::info("fleet: node {} resumes {} after entry {} ({})", options_.node, options_.stream,
-                 position_->last.text(), state_.path());
+                 position_->last.text(), state_->path());
   } else {
     spdlog::info("fleet: node {} joins {} at its end (no {} yet)", options_.node, options_.stream,
-                 state_.path());
+                 state_->path());
   }
   started_ = true;
   uv_timer_start(heartbeat_, [](uv_timer_t* t) { static_cast<Fleet*>(t->data)->heartbeat(); },
@@ -421,13 +413,13 @@ void Fleet::positionChanged() {
 void Fleet::save() {
   if (!position_) return;
   try {
-    state_.save(*position_);
+    state_->save(*position_);
     dirty_ = false;
     lastSaveError_.clear();
   } catch (const std::exception& e) {
     if (lastSaveError_ != e.what()) {
       spdlog::error("fleet: cannot keep the position in {}: {}; a restart would replay from "
-                    "an older one", state_.path(), e.what());
+                    "an older one", state_->path(), e.what());
     }
     lastSaveError_ = e.what();
   }
@@ -554,7 +546,7 @@ void Fleet::describe(const Answer& answer) {
                          {"redis", options_.redis.text()},
                          {"connected", reader_.ready() && writer_.ready()},
                          {"last", position_ ? position_->last.text() : ""},
-                         {"state_file", state_.path()},
+                         {"state_file", state_ ? state_->path() : ""},
                          {"on_gap", options_.onGap == GapAction::kLog ? "log" : "purge_all"},
                          {"last_gap", lastGap_},
                          {"stats", stats()},

@@ -74,7 +74,8 @@ class Fleet {
   Fleet& operator=(const Fleet&) = delete;
 
   // Reads the position and connects.  Throws std::runtime_error when the
-  // state file cannot be read or state_dir cannot be written.
+  // state file cannot be read or state_dir cannot be written, or is not
+  // esid's alone (StateFile).
   void start();
   // Saves the position and closes both connections.
   void stop();
@@ -131,7 +132,7 @@ class Fleet {
   FleetOptions options_;
   Apply apply_;
   Zones zones_;
-  StateFile state_;
+  std::optional<StateFile> state_;  // from start() on
   RedisLink reader_;
   RedisLink writer_;
   uv_timer_t* heartbeat_;

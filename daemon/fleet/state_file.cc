@@ -1,17 +1,18 @@
 #include "fleet/state_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <random>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 
-#include "transport/unique_fd.h"
+#include "transport/private_dir.h"
 
 namespace esi {
 
@@ -25,6 +26,30 @@ std::string_view trim(std::string_view s) {
   return s.substr(first, s.find_last_not_of(kBlank) - first + 1);
 }
 
+// Names of one save() that are taken (a crashed run's, say) before one is free.
+constexpr int kTemporaryAttempts = 100;
+
+// A temporary save() made, removed unless it was renamed into place.
+struct Temporary {
+  int dir;
+  std::string name;
+  ~Temporary() {
+    if (!name.empty()) unlinkat(dir, name.c_str(), 0);
+  }
+};
+
+// fleet-STREAM.state, with every byte of the stream's name outside
+// [A-Za-z0-9._-] written as '_'.
+std::string fileName(std::string_view stream) {
+  std::string name = "fleet-";
+  for (const char c : stream) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                       (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
+    name += plain ? c : '_';
+  }
+  return name + ".state";
+}
+
 void writeAll(int fd, std::string_view bytes, const std::string& path) {
   while (!bytes.empty()) {
     const ssize_t n = write(fd, bytes.data(), bytes.size());
@@ -36,15 +61,31 @@ void writeAll(int fd, std::string_view bytes, const std::string& path) {
 
 }  // namespace
 
-StateFile::StateFile(std::string_view dir, std::string_view stream)
-    : dir_(dir), stream_(stream) {
-  std::string name;
-  for (const char c : stream) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                       (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
-    name += plain ? c : '_';
+StateFile::StateFile(const std::string& dir, std::string_view stream)
+    : dirPath_(dir), stream_(stream), name_(fileName(stream)), path_(dir + "/" + name_),
+      saves_(std::random_device()()) {
+  if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    throw std::runtime_error("state_dir " + dir + " does not exist and cannot be created: " +
+                             std::strerror(errno));
   }
-  path_ = dir_ + "/fleet-" + name + ".state";
+  // Opened once, not through a link: the file's names are relative to the
+  // directory checked here, whatever its path names later.
+  dir_.reset(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!dir_) {
+    const int error = errno;
+    if (lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      throw std::runtime_error("state_dir " + dir + " is a symbolic link: name the directory itself");
+    }
+    throw std::runtime_error("cannot open state_dir " + dir + ": " + std::strerror(error));
+  }
+  if (fstat(dir_.get(), &st) != 0) {
+    throw std::runtime_error("cannot stat state_dir " + dir + ": " + std::strerror(errno));
+  }
+  requirePrivateDirectory("state_dir", dir, st);
+  if (faccessat(dir_.get(), ".", W_OK, AT_EACCESS) != 0) {
+    throw std::runtime_error("state_dir " + dir + " is not writable by esid");
+  }
 }
 
 std::string formatState(std::string_view stream, const FleetPosition& position) {
@@ -100,31 +141,60 @@ FleetPosition parseState(std::string_view text, std::string_view stream, std::st
 }
 
 std::optional<FleetPosition> StateFile::load() const {
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) {
+  // Non-blocking: a FIFO there must not hang esid before it is refused.
+  UniqueFd fd(openat(dir_.get(), name_.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
     if (errno == ENOENT) return std::nullopt;
+    if (errno == ELOOP) {
+      throw std::runtime_error(path_ + " is a symbolic link, which esid does not follow: "
+                               "remove it (esid writes a new file)");
+    }
     throw std::runtime_error("cannot read " + path_ + ": " + std::strerror(errno));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read " + path_ + ": " + std::strerror(errno));
-  return parseState(text.str(), stream_, path_);
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) {
+    throw std::runtime_error("cannot stat " + path_ + ": " + std::strerror(errno));
+  }
+  // A hard link to some other file would have its lines quoted in errors.
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    throw std::runtime_error(path_ + " is not a regular file of one link, which esid does not "
+                             "read: remove it (esid writes a new file)");
+  }
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error("cannot read " + path_ + ": " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  return parseState(text, stream_, path_);
 }
 
 void StateFile::save(const FleetPosition& position) const {
-  const std::string temporary = path_ + ".tmp";
-  {
-    UniqueFd fd(open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd) throw std::system_error(errno, std::generic_category(), "create " + temporary);
-    writeAll(fd.get(), formatState(stream_, position), temporary);
-    if (fsync(fd.get()) != 0) throw std::system_error(errno, std::generic_category(), "fsync " + temporary);
+  // A name of its own, created here: never an existing file or a link.
+  Temporary temporary{dir_.get(), {}};
+  UniqueFd fd;
+  for (int attempt = 1; !fd; ++attempt) {
+    temporary.name = name_ + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(saves_++);
+    fd.reset(openat(dir_.get(), temporary.name.c_str(),
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd && (errno != EEXIST || attempt == kTemporaryAttempts)) {
+      const int error = errno;
+      const std::string name = dirPath_ + "/" + std::exchange(temporary.name, {});
+      throw std::system_error(error, std::generic_category(), "create " + name);
+    }
   }
-  if (rename(temporary.c_str(), path_.c_str()) != 0) {
-    throw std::system_error(errno, std::generic_category(), "rename " + temporary);
+  const std::string shown = dirPath_ + "/" + temporary.name;
+  writeAll(fd.get(), formatState(stream_, position), shown);
+  if (fsync(fd.get()) != 0) throw std::system_error(errno, std::generic_category(), "fsync " + shown);
+  if (renameat(dir_.get(), temporary.name.c_str(), dir_.get(), name_.c_str()) != 0) {
+    throw std::system_error(errno, std::generic_category(), "rename " + shown);
   }
+  temporary.name.clear();
   // The rename itself survives a power cut only once the directory is on disk.
-  UniqueFd dir(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir) fsync(dir.get());
+  fsync(dir_.get());
 }
 
 }  // namespace esi

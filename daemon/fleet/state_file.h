@@ -8,6 +8,10 @@
 //     last 1796172032767-0     # the last entry applied
 //     ordinal 6                # which entry that was, counting from the
 //                              # stream's first; remove it with a hand-set last
+//
+// state_dir must be esid's alone (private_dir.h), and esid opens it once and
+// names its files relative to it; it never follows a link there, whether at
+// the file's name or at a temporary's.
 
 #pragma once
 
@@ -17,6 +21,7 @@
 #include <string_view>
 
 #include "fleet/entry.h"
+#include "transport/unique_fd.h"
 
 namespace esi {
 
@@ -31,23 +36,33 @@ struct FleetPosition {
 class StateFile {
  public:
   // The file for this stream in dir: fleet-STREAM.state, with every byte
-  // of the stream's name outside [A-Za-z0-9._-] written as '_'.
-  StateFile(std::string_view dir, std::string_view stream);
+  // of the stream's name outside [A-Za-z0-9._-] written as '_'.  Makes dir
+  // (0750) when it is missing.  Throws std::runtime_error when dir cannot be
+  // opened or written, is a link, or others than root and esid may write in
+  // it.
+  StateFile(const std::string& dir, std::string_view stream);
 
   // The position stored, or nullopt when there is no file yet.  Throws
   // std::runtime_error when the file cannot be read or does not parse, or
-  // names another stream: esid must not guess where it is.
+  // names another stream: esid must not guess where it is; or when it is
+  // not a regular file of one link (then without a word of its content).
   std::optional<FleetPosition> load() const;
 
-  // Throws std::system_error when the position cannot be written.
+  // Writes a new file (mode 0600) under a name of its own and renames it
+  // over the old.  Throws std::system_error when the position cannot be
+  // written.
   void save(const FleetPosition& position) const;
 
   const std::string& path() const { return path_; }
 
  private:
-  std::string dir_;
+  std::string dirPath_;
+  UniqueFd dir_;
   std::string stream_;
+  std::string name_;
   std::string path_;
+  // Tells this process's temporaries apart; a name taken is skipped.
+  mutable uint64_t saves_ = 0;
 };
 
 // The text of a state file, and back; parse throws std::runtime_error.

@@ -1,5 +1,6 @@
 #include "transport/server.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -16,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "esi.capnp.h"
+#include "transport/private_dir.h"
 #include "transport/worker_session.h"
 
 namespace esi {
@@ -37,6 +39,36 @@ int inheritedSocket() {
   unsetenv("LISTEN_FDS");
   unsetenv("LISTEN_FDNAMES");
   return kSystemdFirstFd;
+}
+
+// The directory of esid's socket must be esid's alone (private_dir.h): esid
+// removes a stale socket, binds and gives the socket its group by path.  A
+// directory that does not exist is left to bind to report.
+void requirePrivateSocketDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) requirePrivateDirectory("socket directory", dir, st);
+}
+
+// Gives the socket esid bound at path to group gid.  fchown on the
+// listening socket would change the socket, not its file, so the file is
+// opened without following a link, checked to be a socket of esid's, and
+// that very file changed: whatever the path names by then.
+void giveSocket(const std::string& path, gid_t gid, const std::string& groupName) {
+  UniqueFd file(open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!file || fstat(file.get(), &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
+    throw std::runtime_error(path + " is no longer the socket esid bound: something replaced "
+                             "it before esid could give it to group " + groupName);
+  }
+  if (fchownat(file.get(), "", static_cast<uid_t>(-1), gid, AT_EMPTY_PATH) != 0) {
+    throw std::runtime_error("cannot give " + path + " to group " + groupName + ": " +
+                             std::strerror(errno) +
+                             " (esid must run as root or as a member of the group)");
+  }
 }
 
 // True when something already accepts connections on path.
@@ -61,6 +93,7 @@ class Server::Client {
 
   ~Client() {
     session_.reset();
+    endSilence();
     if (!closing_) {
       uv_close(reinterpret_cast<uv_handle_t*>(pipe_),
                [](uv_handle_t* h) { delete reinterpret_cast<uv_pipe_t*>(h); });
@@ -82,12 +115,20 @@ class Server::Client {
     return session_ && !closing_ ? session_->ringUse() : WorkerSession::RingUse{};
   }
 
+  // Reads the hello, which must come within helloTimeoutMs.
   void start() {
     uv_read_start(reinterpret_cast<uv_stream_t*>(pipe_), onAlloc, onRead);
+    ++server_.silent_;
+    deadline_ = new uv_timer_t;
+    uv_timer_init(server_.loop_, deadline_);
+    deadline_->data = this;
+    uv_timer_start(deadline_, [](uv_timer_t* t) { static_cast<Client*>(t->data)->silentTooLong(); },
+                   server_.options_.helloTimeoutMs, 0);
   }
 
   void close() {
     if (closing_) return;
+    endSilence();
     closing_ = true;
     if (session_) session_->shutdown();
     uv_read_stop(reinterpret_cast<uv_stream_t*>(pipe_));
@@ -140,6 +181,7 @@ class Server::Client {
       return;
     }
 
+    endSilence();  // whether esid takes it or not
     kj::Array<capnp::word> words = kj::heapArray<capnp::word>(total / sizeof(capnp::word));
     std::memcpy(words.begin(), inbox_.data(), total);
     inbox_.clear();
@@ -165,6 +207,22 @@ class Server::Client {
       spdlog::error("malformed client hello: {}", e.getDescription().cStr());
     }
     close();
+  }
+
+  void silentTooLong() {
+    spdlog::warn("closing a connection that said no hello within {:g} s",
+                 static_cast<double>(server_.options_.helloTimeoutMs) / 1000);
+    close();
+  }
+
+  // It said its hello, or goes: its deadline and its place among the
+  // silent go.
+  void endSilence() {
+    if (deadline_ == nullptr) return;
+    uv_close(reinterpret_cast<uv_handle_t*>(deadline_),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    deadline_ = nullptr;
+    --server_.silent_;
   }
 
   void attach() {
@@ -233,6 +291,7 @@ class Server::Client {
 
   Server& server_;
   uv_pipe_t* pipe_;
+  uv_timer_t* deadline_ = nullptr;  // until the hello
   bool closing_ = false;
   bool answered_ = false;
   char readBuffer_[4096] = {};
@@ -273,6 +332,7 @@ void Server::listen() {
     }
   } else {
     const std::string& path = options_.socketPath;
+    requirePrivateSocketDirectory(path);
     struct stat st;
     if (lstat(path.c_str(), &st) == 0) {
       if (!S_ISSOCK(st.st_mode)) {
@@ -283,26 +343,18 @@ void Server::listen() {
       }
       unlink(path.c_str());
     }
-    // Owner only until the socket has its group; then owner and group (or
-    // the mode asked for): NGINX's workers reach it through the group.
-    const mode_t old = umask(0177);
+    // The socket is born with its mode, so nothing sets one by path.  Its
+    // group is esid's until giveSocket changes it, but nobody can connect
+    // before uv_listen below.
+    const mode_t mode = options_.socketMode.value_or(0660);
+    const mode_t old = umask(~mode & 0777);
     const int rc = uv_pipe_bind(listener_, path.c_str());
     umask(old);
     if (rc != 0) {
       throw std::runtime_error("cannot bind " + path + ": " + uv_strerror(rc));
     }
     ownsPath_ = true;
-    if (options_.socketGroup &&
-        chown(path.c_str(), static_cast<uid_t>(-1), *options_.socketGroup) != 0) {
-      throw std::runtime_error("cannot give " + path + " to group " + options_.socketGroupName +
-                               ": " + std::strerror(errno) +
-                               " (esid must run as root or as a member of the group)");
-    }
-    const mode_t mode = options_.socketMode.value_or(0660);
-    if (chmod(path.c_str(), mode) != 0) {
-      throw std::runtime_error(fmt::format("cannot set mode {:04o} on {}: {}", mode, path,
-                                           std::strerror(errno)));
-    }
+    if (options_.socketGroup) giveSocket(path, *options_.socketGroup, options_.socketGroupName);
     where_ = fmt::format("{}, mode {:04o}{}{}", path, mode,
                          options_.socketGroup ? ", group " : "", options_.socketGroupName);
   }
@@ -333,6 +385,12 @@ void Server::onConnection(uv_stream_t* listener, int status) {
   auto client = std::make_unique<Client>(*self);
   if (uv_accept(listener, reinterpret_cast<uv_stream_t*>(client->pipe())) != 0) {
     return;  // the Client's destructor closes its handle
+  }
+  if (self->silent_ >= self->options_.maxSilent) {
+    spdlog::warn("closing a new connection at once: {} others have not said hello yet (each "
+                 "may take {:g} s)", self->silent_,
+                 static_cast<double>(self->options_.helloTimeoutMs) / 1000);
+    return;
   }
   client->start();
   self->clients_.push_back(std::move(client));

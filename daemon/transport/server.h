@@ -44,6 +44,13 @@ using ControlAnswerFn = std::function<void(ControlAnswer)>;
 using ControlHandler = std::function<void(std::string_view command, const PeerCredentials&,
                                           ControlAnswerFn answer)>;
 
+// A connection must say its hello this soon after esid accepts it, and at
+// most this many may be waiting to: one that connects and says nothing is
+// closed, and many such cannot pile up.  Workers and esictl say theirs at
+// once.
+constexpr uint64_t kHelloTimeoutMs = 10000;
+constexpr size_t kMaxSilentConnections = 64;
+
 struct ServerOptions {
   // The socket esid creates: its path, group (empty: esid's own) and mode
   // (empty: 0660).  All ignored when systemd passed a socket: its unit's
@@ -53,6 +60,9 @@ struct ServerOptions {
   std::string socketGroupName;  // as the operator named it, for messages
   std::optional<mode_t> socketMode;
   uint32_t ringSize = 1 << 20;
+  // No setting changes these; a test does.
+  uint64_t helloTimeoutMs = kHelloTimeoutMs;
+  size_t maxSilent = kMaxSilentConnections;
 };
 
 class Server {
@@ -112,6 +122,7 @@ class Server {
   uv_pipe_t* listener_ = nullptr;
   bool ownsPath_ = false;
   std::string where_;
+  size_t silent_ = 0;  // connections that have not said hello yet
   std::list<std::unique_ptr<Client>> clients_;
 };
 

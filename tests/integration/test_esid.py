@@ -5,11 +5,13 @@ import grp
 import os
 import pwd
 import signal
+import socket
 import stat
 import subprocess
 import unittest
 
-from harness import ESICTL, ESID, EsiTestCase, STOP_BOUND, poll
+from harness import (ESICTL, ESID, DidNotStart, EsiTestCase, STOP_BOUND,
+                     poll, start_on_socket)
 
 PAGE = 'a<esi:include src="/esi/x"/>c'
 
@@ -258,6 +260,45 @@ class EsictlTest(EsiTestCase):
         self.assertEqual(r.stdout, b"")
 
 
+class SilentConnectionsTest(EsiTestCase):
+    """A connection to esid's socket must say its hello within 10 s, and at
+    most 64 may be waiting to: past them, esid closes a new connection at
+    once, with one warning, and goes on serving the workers attached."""
+
+    REFUSED = ("closing a new connection at once: 64 others have not said "
+               "hello yet (each may take 10 s)")
+
+    def setUp(self):
+        super().setUp()
+        self.origin.route("/page", PAGE)
+        self.origin.route("/esi/x", "X")
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(s.close)
+        s.connect(self.socket_path)
+        return s
+
+    def test_the_65th_silent_connection_is_closed_and_pages_go_on(self):
+        self.assertBody("/page", b"aXc")  # the worker is attached
+        silent = [self.connect() for _ in range(64)]
+        extra = self.connect()
+        extra.settimeout(30)
+        self.assertEqual(extra.recv(1), b"")
+        for s in silent:
+            s.setblocking(False)
+            self.assertRaises(BlockingIOError, s.recv, 1)
+        self.assertTrue(poll(lambda: self.REFUSED in self.esid.stderr()),
+                        self.esid.stderr())
+        self.assertEqual(self.esid.stderr().count(self.REFUSED), 1)
+        self.assertBody("/page", b"aXc")
+        self.assertEqual(self.esi_status(2), "processed")
+        # Gone, they make room: esictl is heard again.
+        for s in silent:
+            s.close()
+        self.assertTrue(poll(lambda: self.esictl("stats").returncode == 0))
+
+
 class ControlCredentialsTest(EsiTestCase):
     """Control commands check the caller's credentials, not just the
     socket's mode: a socket made world-writable by mistake still refuses
@@ -340,6 +381,107 @@ class EsictlRefusedTest(EsiTestCase):
                  b"may not control esid (run esictl as root or as esid's "
                  b"own user)\n" % pwd.getpwnam(self.USER_NAME).pw_uid),
                 command)
+
+class SocketDirectoryTest(EsiTestCase):
+    """esid binds its socket, and gives it its group, by path: in a
+    directory another user may write in, that user could swap the socket
+    for a link in between (issue 33).  esid refuses such a directory
+    unless systemd passed the socket; root's and esid's own are fine, and
+    so is one esid's own group may write in."""
+
+    ESID = False
+    USER_NAME = "esi-daemon"
+    STRANGER = "esi-stranger"
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("needs root to add users and switch to one")
+        ensure_user(self.USER_NAME, self.USER_NAME)
+        ensure_user(self.STRANGER, self.STRANGER)
+        # esid's user must reach the directory inside the test's.
+        os.chmod(self.tmp, 0o711)
+        self.dir = os.path.join(self.tmp, "run")
+        os.mkdir(self.dir)
+        self.path = os.path.join(self.dir, "esid.sock")
+
+    def directory(self, owner, group, mode):
+        os.chown(self.dir, pwd.getpwnam(owner).pw_uid,
+                 grp.getgrnam(group).gr_gid)
+        os.chmod(self.dir, mode)
+
+    def as_user(self):
+        return ["setpriv", "--reuid=" + self.USER_NAME,
+                "--regid=" + self.USER_NAME, "--init-groups"]
+
+    def refusal(self, *prefix):
+        """esid's exit status and stderr, refusing to start."""
+        r = subprocess.run(list(prefix) + [ESID, "--socket", self.path],
+                           capture_output=True, stdin=subprocess.DEVNULL,
+                           timeout=30)
+        self.assertFalse(os.path.exists(self.path))
+        return r.returncode, r.stderr.decode()
+
+    def test_a_directory_every_user_may_write_in_is_refused(self):
+        self.directory("root", "root", 0o1777)
+        code, err = self.refusal()
+        self.assertEqual(code, 1, err)
+        self.assertIn(
+            " critical socket directory %s is owned by user root, group "
+            "root, mode 1777: every user may write in it, but what esid "
+            "keeps there must be esid's alone (esid runs as root); fix: "
+            "chmod o-w %s\n" % (self.dir, self.dir), err)
+
+    def test_a_directory_another_user_owns_is_refused(self):
+        self.directory(self.STRANGER, self.STRANGER, 0o755)
+        code, err = self.refusal()
+        self.assertEqual(code, 1, err)
+        self.assertIn("socket directory %s is owned by user %s, group %s, "
+                      "mode 0755: its owner may write in it" % (
+                          self.dir, self.STRANGER, self.STRANGER), err)
+        self.assertIn("fix: chown root %s\n" % self.dir, err)
+
+    def test_esids_own_directory_is_refused_once_others_may_write(self):
+        self.directory(self.USER_NAME, self.USER_NAME, 0o777)
+        code, err = self.refusal(*self.as_user())
+        self.assertEqual(code, 1, err)
+        self.assertIn("mode 0777: every user may write in it, but what esid "
+                      "keeps there must be esid's alone (esid runs as %s); "
+                      "fix: chmod o-w %s\n" % (self.USER_NAME, self.dir), err)
+
+    def test_a_group_other_than_esids_may_not_write_in_it(self):
+        self.directory(self.USER_NAME, self.STRANGER, 0o770)
+        code, err = self.refusal(*self.as_user())
+        self.assertEqual(code, 1, err)
+        self.assertIn("group %s, mode 0770: its group may write in it" %
+                      self.STRANGER, err)
+        self.assertIn("fix: chmod g-w %s\n" % self.dir, err)
+
+    def test_esid_as_its_user_takes_a_directory_its_group_may_write(self):
+        self.directory("root", self.USER_NAME, 0o770)
+        try:
+            esid = start_on_socket(
+                self.spawn, "esid-0", self.as_user() + [
+                    ESID, "--socket", self.path, "--socket-mode", "0620",
+                    "--socket-group", self.USER_NAME], self.path)
+        except DidNotStart as e:
+            self.fail("esid did not start:\n" + e.log)
+        st = os.stat(self.path)
+        self.assertEqual(
+            (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)),
+            (pwd.getpwnam(self.USER_NAME).pw_uid,
+             grp.getgrnam(self.USER_NAME).gr_gid, 0o620))
+        esid.signal(signal.SIGTERM)
+        self.assertEqual(esid.popen.wait(STOP_BOUND), 0, esid.stderr())
+
+    def test_under_socket_activation_the_directory_is_systemds(self):
+        os.chmod(self.tmp, 0o1777)
+        self.origin.route("/page", PAGE)
+        self.origin.route("/esi/x", "X")
+        self.start_esid_socket_activated()
+        self.assertBody("/page", b"aXc")
+        self.assertNotIn("socket directory", self.esid.stderr())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -16,7 +16,8 @@ import subprocess
 import threading
 import unittest
 
-from harness import EsiTestCase, free_port, poll
+from harness import ESID, EsiTestCase, free_port, poll
+from test_esid import ensure_user
 
 REDIS = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -310,6 +311,70 @@ class GarbageRedisTest(EsiTestCase):
                         "esid did not connect again")
         self.assertTrue(self.esid.alive())
         self.assertIn("retrying, every", self.esid.stderr())
+
+
+class StateDirTest(EsiTestCase):
+    """esid keeps its place on the stream in state_dir, as root perhaps: a
+    directory another user may write in is refused, and a link at the
+    state file's name is an error naming it, never followed, never quoted
+    (issue 33: a link to a root-only file had its first line logged).  No
+    Redis needed: esid checks before it connects."""
+
+    ESID = False
+    STRANGER = "esi-stranger"
+    FLEET = ("--fleet", "redis://127.0.0.1:1/0")  # never reached
+
+    def setUp(self):
+        super().setUp()
+        self.state_dir = os.path.join(self.tmp, "state")
+        os.mkdir(self.state_dir, 0o700)
+
+    def run_esid(self, *fleet):
+        """esid expected to stop at once: (exit status, stderr)."""
+        argv = [ESID, "--socket", self.socket_path, "--fleet-node", "n",
+                "--state-dir", self.state_dir] + list(fleet)
+        r = subprocess.run(argv, capture_output=True, timeout=30,
+                           stdin=subprocess.DEVNULL)
+        return r.returncode, r.stderr.decode()
+
+    def test_a_state_dir_every_user_may_write_in_is_refused(self):
+        os.chmod(self.state_dir, 0o777)
+        code, err = self.run_esid(*self.FLEET)
+        self.assertEqual(code, 1, err)
+        self.assertIn(" critical state_dir %s is owned by user root, group "
+                      "root, mode 0777: every user may write in it, but what "
+                      "esid keeps there must be esid's alone (esid runs as "
+                      "root); fix: chmod o-w %s\n" % (
+                          self.state_dir, self.state_dir), err)
+
+    def test_a_state_dir_another_user_owns_is_refused(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to add a user")
+        ensure_user(self.STRANGER, self.STRANGER)
+        shutil.chown(self.state_dir, self.STRANGER, self.STRANGER)
+        code, err = self.run_esid(*self.FLEET)
+        self.assertEqual(code, 1, err)
+        self.assertIn("state_dir %s is owned by user %s" % (
+            self.state_dir, self.STRANGER), err)
+
+    def test_without_a_fleet_state_dir_is_not_used(self):
+        os.chmod(self.state_dir, 0o777)
+        self.start_esid("--state-dir", self.state_dir)
+        self.assertNotIn("state_dir", self.esid.stderr())
+
+    def test_a_link_at_the_state_files_name_is_refused_unread(self):
+        secret = os.path.join(self.tmp, "secret")
+        with open(secret, "w") as f:
+            f.write("root-only-first-line\n")
+        os.chmod(secret, 0o600)
+        state = os.path.join(self.state_dir, "fleet-esi_purges.state")
+        os.symlink(secret, state)
+        code, err = self.run_esid(*self.FLEET)
+        self.assertEqual(code, 1, err)
+        self.assertIn(" critical %s is a symbolic link, which esid does not "
+                      "follow: remove it (esid writes a new file)\n" % state,
+                      err)
+        self.assertNotIn("root-only", err)
 
 
 class FleetGapCase(FleetTestCase):
