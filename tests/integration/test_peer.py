@@ -5,11 +5,15 @@ sends its hello: root, the owner of the socket's directory, or the user
 another local user in a directory everyone may write (as if esid were
 down and that user had bound its path), gets nothing: pages pass through
 as with esid down, purges answer 503, and the error log says once, for
-each time the connection is lost, who listens there and what to do."""
+each time the connection is lost, who listens there and what to do.
+Under socket activation esid listens again on the socket systemd passes
+it, and from then on the kernel names esid, not systemd: the packages make
+/run/esid esid's for that (tmpfiles.d)."""
 
 import json
 import os
 import pwd
+import shutil
 import unittest
 
 from harness import ESID, DidNotStart, EsiTestCase, poll, start_on_socket
@@ -57,12 +61,15 @@ class PeerTestCase(EsiTestCase):
         self.socket_path = os.path.join(path, "esid.sock")
         return path
 
+    def as_stranger(self, argv):
+        return ["setpriv", "--reuid=" + STRANGER,
+                "--regid=" + STRANGER_GROUP, "--clear-groups"] + argv
+
     def start_esid_as_stranger(self):
         """The real esid, run as the stranger: setpriv execs it, so its
         pid is the one that listens."""
-        argv = ["setpriv", "--reuid=" + STRANGER,
-                "--regid=" + STRANGER_GROUP, "--clear-groups", ESID,
-                "--socket", self.socket_path] + list(self.ESID_ARGS)
+        argv = self.as_stranger([ESID, "--socket", self.socket_path]
+                                + list(self.ESID_ARGS))
         try:
             self.esid = start_on_socket(
                 self.spawn, "esid-stranger-%d" % len(self.processes), argv,
@@ -71,6 +78,14 @@ class PeerTestCase(EsiTestCase):
             self.fail("esid as %s did not come up on %s:\n%s" % (
                 STRANGER, self.socket_path, e.log))
         return self.esid
+
+    def expected_refusal(self, pid):
+        """The line for the stranger's esid, pid `pid`, in a directory of
+        root's (self.dir) without esi_daemon_user."""
+        return REFUSED % {
+            "socket": self.socket_path, "pid": pid, "user": STRANGER,
+            "uid": self.stranger.pw_uid, "dir": self.dir,
+            "owner": "user root, uid 0", "allowed": "not set"}
 
     def refusals(self):
         return [l for l in self.error_log().splitlines()
@@ -95,12 +110,6 @@ class StrangerRefusedTest(PeerTestCase):
     def setUp(self):
         super().setUp()
         self.dir = self.directory("shared", 0o1777)
-
-    def expected_refusal(self, pid):
-        return REFUSED % {
-            "socket": self.socket_path, "pid": pid, "user": STRANGER,
-            "uid": self.stranger.pw_uid, "dir": self.dir,
-            "owner": "user root, uid 0", "allowed": "not set"}
 
     def test_pages_pass_through_and_one_error_names_the_peer(self):
         esid = self.start_esid_as_stranger()
@@ -190,6 +199,60 @@ class TrustedPeerTest(PeerTestCase):
         self.assertBody("/page", PROCESSED)
         self.assertEqual(self.esi_status(1), "processed")
         self.assertEqual(self.refusals(), [])
+
+
+class SocketActivatedPeerTest(PeerTestCase):
+    """Under socket activation SO_PEERCRED names whoever called listen()
+    last: systemd (here systemd-socket-activate, root) until esid starts,
+    then esid itself, which listens again on the socket it was passed.
+    The packages' esid runs as user esid, so it is trusted as the owner of
+    /run/esid (their tmpfiles.d entry makes it esid's), not as root.  A
+    worker's first connection, made before esid started, is root's; the
+    one a new worker makes is esid's."""
+
+    def start_activated_as_stranger(self):
+        tool = shutil.which("systemd-socket-activate")
+        if tool is None:
+            self.fail("systemd-socket-activate not found (packaging/deps.sh "
+                      "installs systemd)")
+        # It execs setpriv, which execs esid: one pid throughout.
+        argv = [tool, "-l", self.socket_path] + self.as_stranger(
+            [ESID] + list(self.ESID_ARGS))
+        proc = self.spawn("esid-activated-%d" % len(self.processes), argv)
+        if not poll(lambda: not proc.alive()
+                    or os.path.exists(self.socket_path)) or not proc.alive():
+            self.fail("systemd-socket-activate did not listen on %s:\n%s"
+                      % (self.socket_path, proc.stderr()))
+        self.esid = proc
+        return proc
+
+    def new_worker(self):
+        """SIGKILL the worker; its successor connects to esid anew."""
+        old = self.worker_pids()
+        self.kill_worker(old[0])
+        self.assertTrue(poll(lambda: (lambda pids: len(pids) == 1
+                                      and pids != old)(self.worker_pids())))
+
+    def test_in_its_own_directory_esid_is_trusted_after_it_listens(self):
+        self.directory("own", 0o755, owner=self.stranger.pw_uid)
+        self.start_activated_as_stranger()
+        self.assertBody("/page", PROCESSED)
+        self.new_worker()
+        self.assertBody("/page", PROCESSED)
+        self.assertEqual(self.error_log().count("attached to esid"), 2,
+                         self.error_log())
+        self.assertEqual(self.refusals(), [])
+
+    def test_in_a_directory_of_roots_esid_is_refused_once_it_listens(self):
+        self.dir = self.directory("shared", 0o1777)
+        esid = self.start_activated_as_stranger()
+        self.assertBody("/page", PROCESSED)
+        self.new_worker()
+        self.assertBody("/page", RAW)
+        refusals = self.refusals()
+        self.assertEqual(len(refusals), 1, self.error_log())
+        self.assertTrue(refusals[0].endswith(self.expected_refusal(
+            esid.pid)), refusals[0])
 
 
 class DaemonUserConfigurationTest(PeerTestCase):
