@@ -10,7 +10,6 @@ Under socket activation esid listens again on the socket systemd passes
 it, and from then on the kernel names esid, not systemd: the packages make
 /run/esid esid's for that (tmpfiles.d)."""
 
-import json
 import os
 import pwd
 import shutil
@@ -94,11 +93,6 @@ class PeerTestCase(EsiTestCase):
     def esid_connections(self):
         """Worker connections esid took (its hello answered)."""
         return self.stats_json()["connections"]
-
-    def stats_json(self):
-        r = self.esictl("stats", "--json", socket_path=self.socket_path)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        return json.loads(r.stdout)
 
 
 class StrangerRefusedTest(PeerTestCase):
