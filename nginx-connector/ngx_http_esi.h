@@ -47,6 +47,9 @@
 #define NGX_HTTP_ESI_STATUS_PASSTHROUGH  2
 #define NGX_HTTP_ESI_STATUS_ABORTED    3
 
+/* last_err of a connection refused because esid's user was not trusted */
+#define NGX_HTTP_ESI_UNTRUSTED         (-1)
+
 #define NGX_HTTP_ESI_IDLE              0
 #define NGX_HTTP_ESI_CONNECTING        1
 #define NGX_HTTP_ESI_READY             2
@@ -156,6 +159,7 @@
 typedef struct {
     ngx_str_t                  daemon;
     ngx_url_t                  url;
+    ngx_uid_t                  daemon_user;  /* esi_daemon_user, or unset */
     ngx_msec_t                 timeout;
     ngx_flag_t                 used;
 
@@ -551,7 +555,8 @@ typedef struct {
     ngx_event_t                kick_event;  /* esid's eventfd, once */
     ngx_event_t                report_timer; /* esid owes a read */
     ngx_msec_t                 backoff;
-    ngx_err_t                  last_err;    /* of the last failed connect */
+    ngx_err_t                  last_err;    /* of the last failed connect,
+                                               or NGX_HTTP_ESI_UNTRUSTED */
 
     uint64_t                   hello[4];
     size_t                     hello_sent;

@@ -13,6 +13,8 @@
 
 static void ngx_http_esi_connect_denied(ngx_http_esi_daemon_t *d,
     ngx_err_t err);
+static ngx_int_t ngx_http_esi_daemon_peer_trusted(ngx_http_esi_daemon_t *d,
+    ngx_socket_t s);
 static ngx_str_t ngx_http_esi_id_name(u_char *buf, size_t size, ngx_uint_t id,
     ngx_uint_t group);
 static void ngx_http_esi_reconnect_handler(ngx_event_t *ev);
@@ -216,6 +218,10 @@ ngx_http_esi_daemon_connect(ngx_http_esi_daemon_t *d)
         goto failed;
     }
 
+    if (ngx_http_esi_daemon_peer_trusted(d, s) != NGX_OK) {
+        goto failed;
+    }
+
     esi_wire_builder_init(&b, d->hello, sizeof(d->hello));
 
     if (esi_wire_root(&b, ESI_WIRE_HELLO_DATA_WORDS, ESI_WIRE_HELLO_POINTERS,
@@ -328,6 +334,116 @@ ngx_http_esi_connect_denied(ngx_http_esi_daemon_t *d, ngx_err_t err)
                   (size_t) 4, mode, &worker_user, (ngx_uint_t) euid,
                   &worker_group, (ngx_uint_t) egid, &worker_group,
                   &worker_group, &sock_group);
+}
+
+
+/*
+ * Whatever listens at esi_daemon's path gets every page and says which
+ * cache files a purge removes, so before anything is sent to it, it must
+ * be esid: a process running as root, as the owner of the socket's
+ * directory (the socket file's owner is whoever bound it), or as
+ * esi_daemon_user.  SO_PEERCRED names the process that called listen():
+ * under socket activation that is systemd, root.  A refusal is logged as
+ * a failed connect() is, once for each time the connection is lost
+ * (d->last_err), and the pages pass through as with esid down.
+ */
+
+#if !(NGX_LINUX)
+#error "ngx_http_esi_module checks esid's credentials with SO_PEERCRED (Linux)"
+#endif
+
+static ngx_int_t
+ngx_http_esi_daemon_peer_trusted(ngx_http_esi_daemon_t *d, ngx_socket_t s)
+{
+    u_char               *slash;
+    u_char                dir[NGX_UNIX_ADDRSTRLEN];
+    u_char                peer[64], owner[64], allowed[64], owner_text[128];
+    ngx_err_t             err;
+    ngx_str_t             peer_name, owner_user, owner_name, allowed_name;
+    socklen_t             len;
+    struct stat           sb;
+    struct ucred          cred;
+    struct sockaddr_un   *saun;
+
+    len = sizeof(struct ucred);
+
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, d->log, ngx_socket_errno,
+                      "esi: getsockopt(SO_PEERCRED) on %V failed",
+                      &d->conf->daemon);
+        return NGX_ERROR;
+    }
+
+    if (cred.uid == 0 || cred.uid == d->conf->daemon_user) {
+        return NGX_OK;
+    }
+
+    saun = (struct sockaddr_un *) d->conf->url.addrs[0].sockaddr;
+
+    ngx_cpystrn(dir, (u_char *) saun->sun_path, sizeof(dir));
+    slash = (u_char *) strrchr((char *) dir, '/');
+
+    if (slash == NULL) {
+        ngx_cpystrn(dir, (u_char *) ".", sizeof(dir));
+
+    } else {
+        slash[slash == dir ? 1 : 0] = '\0';
+    }
+
+    err = 0;
+
+    if (stat((char *) dir, &sb) == -1) {
+        err = ngx_errno;
+
+    } else if (sb.st_uid == cred.uid) {
+        return NGX_OK;
+    }
+
+    if (d->last_err == NGX_HTTP_ESI_UNTRUSTED) {
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, d->log, 0,
+                       "esi: %V refused again: uid %ui", &d->conf->daemon,
+                       (ngx_uint_t) cred.uid);
+        return NGX_DECLINED;
+    }
+
+    d->last_err = NGX_HTTP_ESI_UNTRUSTED;
+
+    peer_name = ngx_http_esi_id_name(peer, sizeof(peer), cred.uid, 0);
+
+    if (err) {
+        ngx_str_set(&owner_name, "owner unknown");
+
+    } else {
+        owner_user = ngx_http_esi_id_name(owner, sizeof(owner), sb.st_uid, 0);
+        owner_name.data = owner_text;
+        owner_name.len = ngx_slprintf(owner_text,
+                                      owner_text + sizeof(owner_text),
+                                      "user %V, uid %ui", &owner_user,
+                                      (ngx_uint_t) sb.st_uid)
+                         - owner_text;
+    }
+
+    if (d->conf->daemon_user == (ngx_uid_t) NGX_CONF_UNSET_UINT) {
+        ngx_str_set(&allowed_name, "not set");
+
+    } else {
+        allowed_name = ngx_http_esi_id_name(allowed, sizeof(allowed),
+                                            d->conf->daemon_user, 0);
+    }
+
+    ngx_log_error(NGX_LOG_ERR, d->log, err,
+                  "esi: connect() to %V refused: the process listening "
+                  "there, pid %P, runs as user %V (uid %ui), but esid must "
+                  "run as root, as the owner of the socket's directory "
+                  "%s (%V) or as \"esi_daemon_user\" (%V); nothing was "
+                  "sent to it and esi streams fall back: stop that process "
+                  "and run esid as one of those, or if it is your esid, "
+                  "set \"esi_daemon_user %V;\" in nginx's http block",
+                  &d->conf->daemon, (ngx_pid_t) cred.pid, &peer_name,
+                  (ngx_uint_t) cred.uid, dir, &owner_name, &allowed_name,
+                  &peer_name);
+
+    return NGX_DECLINED;
 }
 
 

@@ -18,6 +18,8 @@ static char *ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_esi_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
+static char *ngx_http_esi_daemon_user(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_esi_plan_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_tag_size_bounds(ngx_conf_t *cf, void *post,
@@ -137,6 +139,13 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       ngx_conf_set_str_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_esi_main_conf_t, daemon),
+      NULL },
+
+    { ngx_string("esi_daemon_user"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_esi_daemon_user,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("esi_daemon_timeout"),
@@ -332,6 +341,7 @@ ngx_http_esi_create_main_conf(ngx_conf_t *cf)
      *     emcf->url = { 0 };
      */
 
+    emcf->daemon_user = (ngx_uid_t) NGX_CONF_UNSET_UINT;
     emcf->timeout = NGX_CONF_UNSET_MSEC;
     emcf->used = 0;
 
@@ -369,6 +379,44 @@ ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf)
                            &emcf->daemon);
         return NGX_CONF_ERROR;
     }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * esi_daemon_user NAME: the user esid may run as besides root and the
+ * owner of its socket's directory (ngx_http_esi_daemon_peer_trusted()),
+ * looked up now so that "nginx -t" names an unknown one
+ */
+
+static char *
+ngx_http_esi_daemon_user(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_esi_main_conf_t *emcf = conf;
+
+    int             rc;
+    char            lookup[4096];
+    ngx_str_t      *value;
+    struct passwd   pw, *pwp;
+
+    if (emcf->daemon_user != (ngx_uid_t) NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    rc = getpwnam_r((const char *) value[1].data, &pw, lookup,
+                    sizeof(lookup), &pwp);
+
+    if (pwp == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, rc,
+                           "\"esi_daemon_user\": no user \"%V\"",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    emcf->daemon_user = pw.pw_uid;
 
     return NGX_CONF_OK;
 }

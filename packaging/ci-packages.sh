@@ -4,7 +4,8 @@
 #   1. build the .debs (packaging/build-deb.sh: dpkg-buildpackage + lintian)
 #      and the RPMs (packaging/build-rpm.sh);
 #   2. install the .debs with apt-get;
-#   3. start the installed esid socket-activated as the esid user: through
+#   3. start the installed esid socket-activated as the esid user (in
+#      /run/esid, which the package makes esid's): through
 #      systemd where systemd runs the machine, otherwise through
 #      systemd-socket-activate, which holds the socket while a small loop
 #      restarts esid on it, as esid.socket + Restart= would;
@@ -90,6 +91,9 @@ if [ "${ESI_PACKAGES_RPM:-build}" = spec ]; then
     step "parse the RPM spec"
     check "rpmspec parses packaging/rpm/esi.spec" \
         bash -c "rpmspec -P '$root/packaging/rpm/esi.spec' >/dev/null"
+    check "the spec installs /etc/esid/esid.conf root:esid 0640, noreplace" \
+        bash -c "rpmspec -P '$root/packaging/rpm/esi.spec' |
+                 grep -x '%config(noreplace) %attr(0640,root,esid) /etc/esid/esid.conf' >/dev/null"
 fi
 # A man page may be compressed (Fedora's brp-compress) or not (Debian's rpm).
 # (No grep -q after a pipe here: under pipefail, the writer's SIGPIPE when
@@ -111,6 +115,10 @@ if [ "${ESI_PACKAGES_RPM:-build}" != spec ]; then
         esid_rpm_complete
     check "the module RPM has the module and its load_module snippet" \
         module_rpm_complete
+    check "the esid RPM installs /etc/esid/esid.conf root:esid 0640, noreplace" \
+        bash -c "rpm -qp --qf '[%{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILEFLAGS:fflags} %{FILENAMES}\\n]' \
+                     '$out'/rpm/esid-[0-9]*.rpm 2>/dev/null |
+                 grep -x -- '-rw-r----- root:esid cn /etc/esid/esid.conf' >/dev/null"
 fi
 
 deb_esid=$(ls "$out"/deb/esid_*.deb 2>/dev/null | head -n 1)
@@ -156,6 +164,11 @@ cleanup() {
         getent group esid >/dev/null && delgroup --quiet --system esid >/dev/null 2>&1
     fi
     rm -rf /run/esid
+    if dpkg-statoverride --list /etc/esid/esid.conf; then
+        not_ok "purge removes the statoverride of /etc/esid/esid.conf"
+    else
+        ok "purge removes the statoverride of /etc/esid/esid.conf"
+    fi
     if [ "$(dpkg-query -W -f='${db:Status-Status}' esid 2>/dev/null)" = installed ] ||
        [ -e /etc/nginx/modules-enabled/50-mod-http-esi.conf ]; then
         not_ok "purge leaves no package and no enabled module behind"
@@ -192,6 +205,27 @@ check "systemd-analyze verify accepts the installed units" \
              ! grep -v "Failed to connect\|System has not been booted" '"$work"'/verify.log | grep .'
 check "the packaged settings pass esid --check-config" \
     /usr/sbin/esid --config /etc/esid/esid.conf --check-config
+# fleet_password goes there: esid's group reads it, other users do not.
+conf_is() { [ "$(stat -c '%U:%G %a' /etc/esid/esid.conf)" = "$1" ]; }
+conf_overridden() {
+    conf_is "root:esid 640" &&
+        [ "$(dpkg-statoverride --list /etc/esid/esid.conf)" = \
+          "root esid 640 /etc/esid/esid.conf" ]
+}
+check "the postinst made /etc/esid/esid.conf root:esid 0640 with a dpkg-statoverride" \
+    conf_overridden
+# An admin's own override outlives a reinstall (postinst configure again).
+dpkg-statoverride --remove /etc/esid/esid.conf
+dpkg-statoverride --update --add root esid 0600 /etc/esid/esid.conf
+dpkg -i "$deb_esid" >"$work/reinstall.log" 2>&1 || cat "$work/reinstall.log"
+check "a reinstall keeps the admin's own statoverride of esid.conf (0600)" conf_is "root:esid 600"
+dpkg-statoverride --remove /etc/esid/esid.conf
+dpkg -i "$deb_esid" >>"$work/reinstall.log" 2>&1 || cat "$work/reinstall.log"
+check "without an override, configure sets root:esid 0640 again" conf_is "root:esid 640"
+# NGINX's workers trust esid's socket as the owner of its directory: esid
+# listens again on the socket systemd passes it, and is then its peer.
+check "the postinst made /run/esid esid's, 0755 (tmpfiles.d)" \
+    test "$(stat -c '%U:%G %a' /run/esid 2>/dev/null)" = "esid:esid 755"
 
 # ---------------------------------------------------------------- esid
 
@@ -216,7 +250,7 @@ if [ -d /run/systemd/system ]; then
     systemctl start esid.socket
 else
     echo "systemd is not PID 1 here: systemd-socket-activate, with a restart loop as the esid user"
-    install -d -m 0755 /run/esid
+    # /run/esid is the postinst's (tmpfiles.d), checked above.
     # The loop plays esid.service: same user, groups, no_new_privs and umask
     # (not its CAP_DAC_READ_SEARCH, which only cache scans need); it keeps
     # the socket (fd 3) across esid's restarts, like esid.socket.
