@@ -196,6 +196,8 @@ typedef struct {
     ngx_str_t                  surrogate;   /* esi_surrogate NAME */
     ngx_str_t                  capability;  /* NAME="ESI/1.0" */
     ngx_flag_t                 surrogate_control;
+
+    ngx_flag_t                 include_access; /* esi_include_access */
 } ngx_http_esi_loc_conf_t;
 
 
@@ -252,6 +254,19 @@ struct ngx_http_esi_insn_s {
     unsigned                   last:1;
     ngx_http_esi_insn_t       *next;
 };
+
+
+/*
+ * An include's subrequest as its r->post_subrequest finds it: unlike the
+ * module's context of the subrequest, which an internal redirect
+ * (error_page, try_files, a named location) clears, it stays with the
+ * subrequest wherever it goes.
+ */
+
+typedef struct {
+    ngx_http_post_subrequest_t  post;       /* first: r->post_subrequest */
+    unsigned                    access:1;   /* esi_include_access on */
+} ngx_http_esi_include_t;
 
 
 /*
@@ -371,6 +386,8 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   limited:1;   /* esi_max_fragment_size applies */
     unsigned                   oversized:1; /* ... its Content-Length is over */
     unsigned                   cut:1;       /* ... it grew past it */
+    unsigned                   denied:1;    /* its location's access checks
+                                               refused it */
     unsigned                   in_table:1;
     unsigned                   tx_queued:1;
     unsigned                   wake_queued:1;
@@ -665,6 +682,7 @@ ngx_int_t ngx_http_esi_include_limit(ngx_http_request_t *r,
 ngx_int_t ngx_http_esi_include_marker(ngx_http_request_t *r);
 ngx_int_t ngx_http_esi_include_capture(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *to, ngx_chain_t *in);
+ngx_int_t ngx_http_esi_include_access(ngx_http_request_t *r);
 
 
 /* ngx_http_esi_plan.c */
