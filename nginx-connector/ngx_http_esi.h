@@ -427,6 +427,8 @@ typedef struct {
     ngx_array_t                named;       /* zone=NAME locations, of
                                                ngx_http_esi_purge_loc_conf_t *,
                                                their zones found at the end */
+    ngx_array_t                uses;        /* of ngx_http_esi_purge_use_t,
+                                               configuration time only */
 } ngx_http_esi_purge_main_conf_t;
 
 
@@ -445,6 +447,21 @@ typedef struct {
     unsigned                   proxy:1;     /* ... by proxy_cache_purge */
     unsigned                   all:1;       /* its purge_all */
 } ngx_http_esi_purge_loc_conf_t;
+
+
+/*
+ * A location that caches in a zone or purges it, as the configuration is
+ * merged: servers of different names that share a zone whose purge key
+ * names no host purge each other's objects (a [warn] says so).
+ */
+
+typedef struct {
+    ngx_shm_zone_t                 *zone;      /* NULL: purge->zone, once
+                                                  zone=NAME is found */
+    ngx_http_esi_purge_loc_conf_t  *purge;     /* NULL: it caches only */
+    ngx_http_core_srv_conf_t       *server;
+    ngx_http_core_loc_conf_t       *location;
+} ngx_http_esi_purge_use_t;
 
 
 /*
