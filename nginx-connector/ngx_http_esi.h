@@ -200,6 +200,8 @@ typedef struct {
     ngx_str_t                  surrogate;   /* esi_surrogate NAME */
     ngx_str_t                  capability;  /* NAME="ESI/1.0" */
     ngx_flag_t                 surrogate_control;
+
+    ngx_flag_t                 include_access; /* esi_include_access */
 } ngx_http_esi_loc_conf_t;
 
 
@@ -256,6 +258,19 @@ struct ngx_http_esi_insn_s {
     unsigned                   last:1;
     ngx_http_esi_insn_t       *next;
 };
+
+
+/*
+ * An include's subrequest as its r->post_subrequest finds it: unlike the
+ * module's context of the subrequest, which an internal redirect
+ * (error_page, try_files, a named location) clears, it stays with the
+ * subrequest wherever it goes.
+ */
+
+typedef struct {
+    ngx_http_post_subrequest_t  post;       /* first: r->post_subrequest */
+    unsigned                    access:1;   /* esi_include_access on */
+} ngx_http_esi_include_t;
 
 
 /*
@@ -375,6 +390,8 @@ typedef struct ngx_http_esi_ctx_s {
     unsigned                   limited:1;   /* esi_max_fragment_size applies */
     unsigned                   oversized:1; /* ... its Content-Length is over */
     unsigned                   cut:1;       /* ... it grew past it */
+    unsigned                   denied:1;    /* its location's access checks
+                                               refused it */
     unsigned                   in_table:1;
     unsigned                   tx_queued:1;
     unsigned                   wake_queued:1;
@@ -414,6 +431,8 @@ typedef struct {
     ngx_array_t                named;       /* zone=NAME locations, of
                                                ngx_http_esi_purge_loc_conf_t *,
                                                their zones found at the end */
+    ngx_array_t                uses;        /* of ngx_http_esi_purge_use_t,
+                                               configuration time only */
 } ngx_http_esi_purge_main_conf_t;
 
 
@@ -432,6 +451,21 @@ typedef struct {
     unsigned                   proxy:1;     /* ... by proxy_cache_purge */
     unsigned                   all:1;       /* its purge_all */
 } ngx_http_esi_purge_loc_conf_t;
+
+
+/*
+ * A location that caches in a zone or purges it, as the configuration is
+ * merged: servers of different names that share a zone whose purge key
+ * names no host purge each other's objects (a [warn] says so).
+ */
+
+typedef struct {
+    ngx_shm_zone_t                 *zone;      /* NULL: purge->zone, once
+                                                  zone=NAME is found */
+    ngx_http_esi_purge_loc_conf_t  *purge;     /* NULL: it caches only */
+    ngx_http_core_srv_conf_t       *server;
+    ngx_http_core_loc_conf_t       *location;
+} ngx_http_esi_purge_use_t;
 
 
 /*
@@ -670,6 +704,7 @@ ngx_int_t ngx_http_esi_include_limit(ngx_http_request_t *r,
 ngx_int_t ngx_http_esi_include_marker(ngx_http_request_t *r);
 ngx_int_t ngx_http_esi_include_capture(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *to, ngx_chain_t *in);
+ngx_int_t ngx_http_esi_include_access(ngx_http_request_t *r);
 
 
 /* ngx_http_esi_plan.c */

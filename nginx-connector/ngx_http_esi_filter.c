@@ -51,8 +51,10 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
 
-    if (ctx && ctx->fragment
-        && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
+    if (ctx
+        && (ctx->denied
+            || (ctx->fragment
+                && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)))
     {
         ctx->discard = 1;
         return ngx_http_next_header_filter(r);
@@ -336,12 +338,19 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
             /* a parallel include has no alt= nor onerror: it fails here */
 
-            if (cl->buf->last_in_chain && ctx->oversized && !ctx->fragment) {
+            if (cl->buf->last_in_chain && (ctx->oversized || ctx->denied)
+                && !r->waited)
+            {
                 return ngx_http_esi_include_marker(r);
             }
         }
 
-        return NGX_OK;
+        /*
+         * nothing of it goes on; what postpone holds for it (the marker,
+         * while another request was active) goes when asked to
+         */
+
+        return in ? NGX_OK : ngx_http_next_body_filter(r, NULL);
     }
 
     if (ctx && ctx->limited
@@ -1232,6 +1241,15 @@ ngx_http_esi_filter_init(ngx_conf_t *cf)
     }
 
     *h = ngx_http_esi_push;
+
+    /* esi_include_access: subrequests pass the access phase by */
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_esi_include_access;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_esi_header_filter;

@@ -14,6 +14,9 @@ static ngx_int_t ngx_http_esi_include_count(ngx_http_request_t *r,
 static void ngx_http_esi_include_in_memory(ngx_http_request_t *sr);
 static ngx_int_t ngx_http_esi_include_done(ngx_http_request_t *r, void *data,
     ngx_int_t rc);
+static ngx_int_t ngx_http_esi_include_deny(ngx_http_request_t *r,
+    ngx_int_t status);
+static ngx_http_esi_ctx_t *ngx_http_esi_include_ctx(ngx_http_request_t *r);
 
 
 
@@ -27,6 +30,7 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_str_t                   *path, *args;
     ngx_http_request_t          *sr, *pr;
     ngx_http_esi_ctx_t          *sctx, *capture;
+    ngx_http_esi_include_t      *inc;
     ngx_http_esi_loc_conf_t     *elcf;
     ngx_http_post_subrequest_t  *psr;
 
@@ -89,13 +93,24 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
     /* when it is done, what postpone holds behind it goes on */
 
-    psr = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
-    if (psr == NULL) {
+    inc = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_include_t));
+    if (inc == NULL) {
         return NGX_ERROR;
     }
 
+    psr = &inc->post;
     psr->handler = ngx_http_esi_include_done;
     psr->data = ctx;
+
+    /* the page's location decides; an include of one that checks, too */
+
+    inc->access = elcf->include_access;
+
+    if (r->post_subrequest
+        && r->post_subrequest->handler == ngx_http_esi_include_done)
+    {
+        inc->access |= ((ngx_http_esi_include_t *) r->post_subrequest)->access;
+    }
 
     if (insn->alt_path.len == 0 && !insn->continue_on_error
         && capture == NULL)
@@ -262,18 +277,14 @@ ngx_http_esi_include_header(ngx_http_request_t *r, ngx_http_esi_ctx_t **ctxp)
         return NGX_DECLINED;
     }
 
-    ctx = *ctxp;
-
-    if (ctx == NULL) {
-        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_ctx_t));
-        if (ctx == NULL) {
+    if (*ctxp == NULL) {
+        *ctxp = ngx_http_esi_include_ctx(r);
+        if (*ctxp == NULL) {
             return NGX_ERROR;
         }
-
-        ngx_http_set_ctx(r, ctx, ngx_http_esi_module);
-        *ctxp = ctx;
     }
 
+    ctx = *ctxp;
     ctx->limited = 1;
     ctx->fragment_room = plcf->max_fragment_size;
 
@@ -523,4 +534,157 @@ ngx_http_esi_include_capture(ngx_http_request_t *r, ngx_http_esi_ctx_t *to,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * esi_include_access on.  NGINX runs no access phase for a subrequest
+ * (ngx_http_core_access_phase passes it by), so an include reaches what
+ * allow/deny or auth_basic keep from the client.  This preaccess handler
+ * runs the access phase's handlers for the include, in the location it
+ * landed in, as ngx_http_core_access_phase runs them for the client's own
+ * request, "satisfy all" or "any"; a refusal fails the include.  Minus
+ * auth_delay: a refused include is not delayed.  A handler that waits
+ * (auth_request, for its own subrequest) cannot be waited for here: the
+ * include is refused.  The subrequest carries the setting in its
+ * r->post_subrequest (ngx_http_esi_include_t), so that it is checked again
+ * after an internal redirect, as the client's request would be.
+ */
+
+ngx_int_t
+ngx_http_esi_include_access(ngx_http_request_t *r)
+{
+    ngx_int_t                   rc, code;
+    ngx_table_elt_t            *h;
+    ngx_http_phase_handler_t   *ph;
+    ngx_http_core_loc_conf_t   *clcf;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    if (r == r->main
+        || r->post_subrequest == NULL
+        || r->post_subrequest->handler != ngx_http_esi_include_done
+        || !((ngx_http_esi_include_t *) r->post_subrequest)->access)
+    {
+        return NGX_DECLINED;
+    }
+
+    cmcf = ngx_http_get_module_main_conf(r, ngx_http_core_module);
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    code = 0;
+
+    for (ph = cmcf->phase_engine.handlers; ph->checker; ph++) {
+
+        if (ph->checker != ngx_http_core_access_phase) {
+            continue;
+        }
+
+        rc = ph->handler(r);
+
+        if (rc == NGX_DECLINED) {
+            continue;
+        }
+
+        if (rc == NGX_AGAIN || rc == NGX_DONE) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "esi: include \"%V\" of \"%V\" refused: an access "
+                          "check of its location waits for a subrequest "
+                          "(auth_request), which esi_include_access does "
+                          "not support", &r->uri, &r->parent->uri);
+
+            return ngx_http_esi_include_deny(r, NGX_HTTP_FORBIDDEN);
+        }
+
+        if (clcf->satisfy == NGX_HTTP_SATISFY_ALL) {
+
+            if (rc == NGX_OK) {
+                continue;
+            }
+
+        } else {
+
+            if (rc == NGX_OK) {
+#if (nginx_version >= 1023000)
+                for (h = r->headers_out.www_authenticate; h; h = h->next) {
+                    h->hash = 0;
+                }
+#else
+                h = r->headers_out.www_authenticate;
+
+                if (h) {
+                    h->hash = 0;
+                }
+#endif
+                return NGX_DECLINED;
+            }
+
+            if (rc == NGX_HTTP_FORBIDDEN || rc == NGX_HTTP_UNAUTHORIZED) {
+                if (code != NGX_HTTP_UNAUTHORIZED) {
+                    code = rc;
+                }
+
+                continue;
+            }
+        }
+
+        /* refused, or an error */
+
+        code = (rc == NGX_ERROR) ? NGX_HTTP_INTERNAL_SERVER_ERROR : rc;
+        break;
+    }
+
+    if (code == 0) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "esi: include \"%V\" of \"%V\" refused by the access "
+                  "checks of its location (%i), include failed",
+                  &r->uri, &r->parent->uri, code);
+
+    return ngx_http_esi_include_deny(r, code);
+}
+
+
+/*
+ * The include ends with the status, as NGINX ends a refused request; its
+ * filters discard the answer, and put the error marker in a parallel
+ * include's place (a sequential one fails to its alt= or onerror).
+ */
+
+static ngx_int_t
+ngx_http_esi_include_deny(ngx_http_request_t *r, ngx_int_t status)
+{
+    ngx_http_esi_ctx_t  *ctx;
+
+    ctx = ngx_http_esi_include_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->denied = 1;
+
+    return status;
+}
+
+
+/* an include's context: its own, or a new one */
+
+static ngx_http_esi_ctx_t *
+ngx_http_esi_include_ctx(ngx_http_request_t *r)
+{
+    ngx_http_esi_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_esi_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_esi_ctx_t));
+        if (ctx == NULL) {
+            return NULL;
+        }
+
+        ngx_http_set_ctx(r, ctx, ngx_http_esi_module);
+    }
+
+    return ctx;
 }

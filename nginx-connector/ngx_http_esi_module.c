@@ -211,6 +211,13 @@ static ngx_command_t  ngx_http_esi_filter_commands[] = {
       offsetof(ngx_http_esi_loc_conf_t, surrogate_control),
       NULL },
 
+    { ngx_string("esi_include_access"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_esi_loc_conf_t, include_access),
+      NULL },
+
       ngx_null_command
 };
 
@@ -457,6 +464,7 @@ ngx_http_esi_create_loc_conf(ngx_conf_t *cf)
     elcf->stitch_level = NGX_CONF_UNSET_UINT;
     elcf->cookies = NGX_CONF_UNSET_PTR;
     elcf->surrogate_control = NGX_CONF_UNSET;
+    elcf->include_access = NGX_CONF_UNSET;
 
     return elcf;
 }
@@ -495,6 +503,7 @@ ngx_http_esi_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->cookies, prev->cookies, NULL);
     ngx_conf_merge_str_value(conf->surrogate, prev->surrogate, "");
     ngx_conf_merge_value(conf->surrogate_control, prev->surrogate_control, 0);
+    ngx_conf_merge_value(conf->include_access, prev->include_access, 0);
 
     if (conf->surrogate.len) {
         conf->capability.len = conf->surrogate.len

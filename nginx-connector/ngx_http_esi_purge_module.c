@@ -47,6 +47,11 @@ static ngx_uint_t ngx_http_esi_purge_proxy_https(ngx_module_t *proxy,
 #endif
 static ngx_int_t ngx_http_esi_purge_named_zones(ngx_conf_t *cf,
     ngx_http_esi_purge_main_conf_t *pmcf);
+static ngx_int_t ngx_http_esi_purge_use(ngx_conf_t *cf,
+    ngx_http_esi_purge_loc_conf_t *plcf);
+static ngx_int_t ngx_http_esi_purge_shared_zones(ngx_conf_t *cf,
+    ngx_http_esi_purge_main_conf_t *pmcf);
+static ngx_uint_t ngx_http_esi_purge_key_has_host(ngx_str_t *key);
 static ngx_int_t ngx_http_esi_purge_module_init(ngx_conf_t *cf);
 
 
@@ -387,6 +392,13 @@ ngx_http_esi_purge_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
+    if (ngx_array_init(&pmcf->uses, cf->temp_pool, 4,
+                       sizeof(ngx_http_esi_purge_use_t))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
     return pmcf;
 }
 
@@ -528,6 +540,10 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         }
     }
 
+    if (ngx_http_esi_purge_use(cf, conf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     return NGX_CONF_OK;
 }
 
@@ -628,9 +644,10 @@ ngx_http_esi_purge_compat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_esi_purge_loc_conf_t *plcf = conf;
 
-    char        *rv;
-    ngx_str_t   *value, on = ngx_string("PURGE");
-    ngx_uint_t   i;
+    char                      *rv;
+    ngx_str_t                 *value, on = ngx_string("PURGE");
+    ngx_uint_t                 i;
+    ngx_http_core_loc_conf_t  *clcf;
 
     if (plcf->purge != NGX_HTTP_ESI_PURGE_OFF || plcf->compat) {
         return "is duplicate";
@@ -671,6 +688,18 @@ ngx_http_esi_purge_compat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     if (i == cf->args->nelts) {
+
+        /* ngx_cache_purge's meaning, which esi_cache_purge refuses */
+
+        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"%V\" without \"from\" lets any address "
+                           "purge: add \"from 127.0.0.1\" (the addresses "
+                           "that purge) or an allow list, or say \"from "
+                           "all\", in location \"%V\"", &cmd->name,
+                           &clcf->name);
+
         return NGX_CONF_OK;
     }
 
@@ -1197,6 +1226,14 @@ ngx_http_esi_purge_module_init(ngx_conf_t *cf)
         return NGX_ERROR;
     }
 
+    if (ngx_http_esi_purge_shared_zones(cf, pmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* in the configuration's temporary pool: gone with it */
+
+    ngx_memzero(&pmcf->uses, sizeof(ngx_array_t));
+
     /*
      * the same-location purge: before the access phase, so that "satisfy
      * any" cannot let a client outside "from" purge
@@ -1215,4 +1252,226 @@ ngx_http_esi_purge_module_init(ngx_conf_t *cf)
     ngx_http_top_header_filter = ngx_http_esi_purge_header_filter;
 
     return NGX_OK;
+}
+
+
+/*
+ * Where the location being merged caches or purges, for
+ * ngx_http_esi_purge_shared_zones(): each purging location, and a caching
+ * one once for its server and zone.  A server's own level is no location.
+ */
+
+static ngx_int_t
+ngx_http_esi_purge_use(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf)
+{
+    ngx_uint_t                       i;
+    ngx_shm_zone_t                  *zone;
+    ngx_http_conf_ctx_t             *ctx;
+    ngx_http_core_srv_conf_t        *cscf;
+    ngx_http_esi_purge_use_t        *use;
+    ngx_http_esi_purge_main_conf_t  *pmcf;
+
+    ctx = cf->ctx;
+    cscf = ctx->srv_conf[ngx_http_core_module.ctx_index];
+
+    if (ctx->loc_conf == cscf->ctx->loc_conf) {
+        return NGX_OK;
+    }
+
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_purge_module);
+
+    if (plcf->purge == NGX_HTTP_ESI_PURGE_OFF) {
+        plcf = NULL;
+        zone = ngx_http_esi_purge_cache_zone(cf);
+
+        if (zone == NULL) {
+            return NGX_OK;
+        }
+
+        use = pmcf->uses.elts;
+
+        for (i = 0; i < pmcf->uses.nelts; i++) {
+            if (use[i].zone == zone && use[i].server == cscf) {
+                return NGX_OK;
+            }
+        }
+
+    } else {
+        zone = plcf->zone;      /* zone=NAME: found at the end */
+    }
+
+    use = ngx_array_push(&pmcf->uses);
+    if (use == NULL) {
+        return NGX_ERROR;
+    }
+
+    use->zone = zone;
+    use->purge = plcf;
+    use->server = cscf;
+    use->location = ctx->loc_conf[ngx_http_core_module.ctx_index];
+
+    return NGX_OK;
+}
+
+
+/*
+ * A zone that servers of different names share, purged in a location
+ * whose key names no host: a purge in one server removes what the others
+ * cache under the same key, through that location's "from".  One [warn] a
+ * zone, naming it, the servers and the key.
+ */
+
+static ngx_int_t
+ngx_http_esi_purge_shared_zones(ngx_conf_t *cf,
+    ngx_http_esi_purge_main_conf_t *pmcf)
+{
+    u_char                    *p;
+    size_t                     len;
+    ngx_str_t                 *name, *names, list;
+    ngx_uint_t                 i, k, j, n, nnames;
+    ngx_shm_zone_t            *zone;
+    ngx_http_esi_purge_use_t  *use, *hostless;
+
+    use = pmcf->uses.elts;
+    n = pmcf->uses.nelts;
+
+    if (n < 2) {
+        return NGX_OK;
+    }
+
+    names = ngx_palloc(cf->temp_pool, n * sizeof(ngx_str_t));
+    if (names == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (use[i].zone == NULL) {
+            use[i].zone = use[i].purge->zone;
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        zone = use[i].zone;
+
+        for (k = 0; k < i && use[k].zone != zone; k++) { /* void */ }
+
+        if (k < i) {
+            continue;               /* the zone is done */
+        }
+
+        hostless = NULL;
+        nnames = 0;
+        len = 0;
+
+        for (k = i; k < n; k++) {
+            if (use[k].zone != zone) {
+                continue;
+            }
+
+            if (hostless == NULL && use[k].purge
+                && !ngx_http_esi_purge_key_has_host(
+                                                &use[k].purge->key->value))
+            {
+                hostless = &use[k];
+            }
+
+            name = &use[k].server->server_name;
+
+            for (j = 0; j < nnames; j++) {
+                if (names[j].len == name->len
+                    && ngx_strncmp(names[j].data, name->data, name->len)
+                       == 0)
+                {
+                    break;
+                }
+            }
+
+            if (j == nnames) {
+                names[nnames++] = *name;
+                len += sizeof("\"\", ") - 1 + name->len;
+            }
+        }
+
+        if (hostless == NULL || nnames < 2) {
+            continue;
+        }
+
+        list.data = ngx_pnalloc(cf->temp_pool, len);
+        if (list.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        p = list.data;
+
+        for (j = 0; j < nnames; j++) {
+            p = ngx_sprintf(p, "%s\"%V\"", j ? ", " : "", &names[j]);
+        }
+
+        list.len = p - list.data;
+
+        ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                      "servers %V share the cache zone \"%V\", and the "
+                      "purge key \"%V\" of location \"%V\" in server "
+                      "\"%V\" names no $host: a purge in one server "
+                      "removes what the others cache under the same key; "
+                      "put $host in the cache key and in "
+                      "esi_cache_purge_key, or give each server a "
+                      "keys_zone of its own",
+                      &list, &zone->shm.name, &hostless->purge->key->value,
+                      &hostless->location->name,
+                      &hostless->server->server_name);
+    }
+
+    return NGX_OK;
+}
+
+
+/* whether a key names $host, $http_host or $server_name */
+
+static ngx_uint_t
+ngx_http_esi_purge_key_has_host(ngx_str_t *key)
+{
+    u_char      *p, *last, *start;
+    size_t       len;
+    ngx_uint_t   i;
+
+    static ngx_str_t  hosts[] = {
+        ngx_string("host"),
+        ngx_string("http_host"),
+        ngx_string("server_name")
+    };
+
+    p = key->data;
+    last = p + key->len;
+
+    while (p < last) {
+        if (*p++ != '$') {
+            continue;
+        }
+
+        if (p < last && *p == '{') {
+            p++;
+        }
+
+        start = p;
+
+        while (p < last
+               && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+                   || (*p >= '0' && *p <= '9') || *p == '_'))
+        {
+            p++;
+        }
+
+        len = p - start;
+
+        for (i = 0; i < sizeof(hosts) / sizeof(ngx_str_t); i++) {
+            if (len == hosts[i].len
+                && ngx_strncasecmp(start, hosts[i].data, len) == 0)
+            {
+                return 1;
+            }
+        }
+    }
+
+    return 0;
 }

@@ -436,9 +436,10 @@ class EsiTestCase(unittest.TestCase):
     # -- requests --------------------------------------------------------
 
     def fetch(self, path, headers=None, method="GET", port=None,
-              http3=False):
+              http3=False, source=None):
         """One request on a new connection (over HTTP/3 with http3, on a
-        new QUIC connection); never raises for a bad reply.
+        new QUIC connection); never raises for a bad reply.  `source`: the
+        client's own address (HTTP/1.1), such as "127.0.0.2".
 
         The request runs on a helper thread while this one watches
         error.log, so a worker that crashes fails the test at once instead
@@ -449,7 +450,7 @@ class EsiTestCase(unittest.TestCase):
         client = threading.Thread(
             target=lambda: outcome.append(
                 self._request_h3(method, path, headers, port) if http3
-                else self._request(method, path, headers, port)),
+                else self._request(method, path, headers, port, source)),
             daemon=True)
         client.start()
         deadline = time.monotonic() + REQUEST_TIMEOUT + 5
@@ -464,11 +465,12 @@ class EsiTestCase(unittest.TestCase):
                 method, path, REQUEST_TIMEOUT))
         return outcome[0]
 
-    def _request(self, method, path, headers, port=None):
+    def _request(self, method, path, headers, port=None, source=None):
         if self.HTTP2:
             return self._request_h2(method, path, headers, port)
-        conn = http.client.HTTPConnection("127.0.0.1", port or self.port,
-                                          timeout=REQUEST_TIMEOUT)
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", port or self.port, timeout=REQUEST_TIMEOUT,
+            source_address=(source, 0) if source else None)
         status, hdrs, body = None, None, b""
         try:
             conn.request(method, path, headers=headers or {})

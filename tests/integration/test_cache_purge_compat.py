@@ -172,6 +172,158 @@ class ConfigurationTest(CompatTestCase):
             self.assertNotEqual(code, 0, bad)
 
 
+class OpenPurgeWarningTest(CompatTestCase):
+    """Purges open by accident (issue 33, item 4), said by `nginx -t` as
+    a [warn]: ngx_cache_purge's `on` or METHOD without `from` (any address
+    purges, its meaning, kept), and servers of different names sharing a
+    zone whose purge key names no host (a purge in one removes the other's
+    objects).  Safe configurations print no [warn] at all."""
+    ESID = False
+    LOCATIONS = ""
+
+    OPEN = ('[warn] "%s" without "from" lets any address purge: add "from '
+            '127.0.0.1" (the addresses that purge) or an allow list, or say '
+            '"from all", in location "%s" in %s:%d')
+
+    SHARED = ('[warn] servers "other.example", "localhost" share the cache '
+              'zone "pages", and the purge key "%s" of location "%s" in '
+              'server "%s" names no $host: a purge in one server '
+              'removes what the others cache under the same key; put $host '
+              'in the cache key and in esi_cache_purge_key, or give each '
+              'server a keys_zone of its own')
+
+    # another server, on the harness's zone unless it says, its location /
+    # purging (on another address: a name of the harness's server does not
+    # conflict)
+    OTHER = """
+    server {
+        listen 127.0.0.2:@@PORT@@;
+        server_name %s;
+        location / {
+            proxy_pass http://127.0.0.1:@@ORIGIN@@;
+            proxy_cache %s;
+            %s
+        }
+    }
+"""
+
+    APPS = """
+    fastcgi_cache_path @@TMP@@/fastcgi keys_zone=fastcgi:1m;
+    uwsgi_cache_path @@TMP@@/uwsgi keys_zone=uwsgi:1m;
+    scgi_cache_path @@TMP@@/scgi keys_zone=scgi:1m;
+"""
+
+    def nginx_t(self, location):
+        from test_limits import ConfigurationErrorTest
+        return ConfigurationErrorTest.nginx_t(self, location)
+
+    def warnings(self, out):
+        return [line for line in out.splitlines() if "[warn]" in line]
+
+    def where(self, text):
+        """nginx.conf and the number of the line that holds text."""
+        conf = self.tmp + "/nginx.conf"
+        with open(conf) as f:
+            lines = f.read().splitlines()
+        return conf, 1 + next(i for i, l in enumerate(lines) if text in l)
+
+    def test_a_purge_without_from_is_warned_with_its_location(self):
+        for directive in ("proxy_cache_purge on;", "proxy_cache_purge PURGE;",
+                          "proxy_cache_purge on purge_all;"):
+            code, out = self.nginx_t(directive)
+            self.assertEqual(code, 0, out)
+            self.assertEqual(self.warnings(out), [
+                "nginx: " + self.OPEN % (("proxy_cache_purge", "/")
+                                         + self.where(directive))])
+
+    def test_fastcgi_uwsgi_and_scgi_alike(self):
+        self.HTTP = self.APPS
+        for app in ("fastcgi", "uwsgi", "scgi"):
+            directive = "%s_cache_purge on;" % app
+            self.LOCATIONS = """
+        location /%s/ {
+            %s_pass 127.0.0.1:9;
+            %s_cache %s;
+            %s_cache_key $uri;
+            %s
+        }
+""" % (app, app, app, app, app, directive)
+            code, out = self.nginx_t("")
+            self.assertEqual(code, 0, out)
+            self.assertEqual(self.warnings(out), [
+                "nginx: " + self.OPEN % (("%s_cache_purge" % app,
+                                          "/%s/" % app)
+                                         + self.where(directive))])
+
+    def test_a_purge_with_from_prints_no_warning(self):
+        for directive in ("proxy_cache_purge PURGE from 127.0.0.1;",
+                          "proxy_cache_purge on from all;",
+                          "esi_cache_purge PURGE from 127.0.0.1;"):
+            code, out = self.nginx_t(directive)
+            self.assertEqual(code, 0, out)
+            self.assertEqual(self.warnings(out), [], directive)
+
+    def assertShared(self, other, here, key, where=("/", "other.example")):
+        """other.example on the harness's zone, its location / with other,
+        the harness's with here: one [warn], naming key and where it is."""
+        self.HTTP = self.OTHER % ("other.example", "pages", other)
+        code, out = self.nginx_t(here)
+        self.assertEqual(code, 0, out)
+        self.assertEqual(self.warnings(out),
+                         ["nginx: " + self.SHARED % ((key,) + where)])
+
+    def test_servers_sharing_a_zone_without_host_in_the_key_are_warned(self):
+        key = "proxy_cache_key $uri$is_args$args; " \
+              "esi_cache_purge_key $uri$is_args$args; "
+        self.assertShared(key + "esi_cache_purge PURGE from all;",
+                          key + "esi_cache_purge PURGE from 127.0.0.1;",
+                          "$uri$is_args$args")
+
+    def test_proxys_default_key_names_no_host_either(self):
+        self.assertShared("proxy_cache_purge PURGE from all;",
+                          "proxy_cache_purge PURGE from 127.0.0.1;",
+                          "http://127.0.0.1:%d$request_uri"
+                          % self.origin.port)
+
+    def test_a_caching_server_shares_the_zone_with_a_purging_one(self):
+        self.assertShared("esi_cache_purge PURGE from all;", "",
+                          "$uri$is_args$args")
+
+    def test_a_purge_location_of_its_own_counts(self):
+        self.LOCATIONS = """
+        location /purge/ {
+            esi_cache_purge zone=pages key=$uri;
+        }
+"""
+        self.assertShared("", "", "$uri", ("/purge/", "localhost"))
+
+    def test_hostname_is_no_host(self):
+        self.assertShared("proxy_cache_key $uri; "
+                          "esi_cache_purge_key $hostname$uri; "
+                          "esi_cache_purge PURGE from all;", "",
+                          "$hostname$uri")
+
+    def test_a_host_in_the_key_one_server_or_a_zone_each_print_nothing(self):
+        host = "proxy_cache_key $host$uri$is_args$args; " \
+               "esi_cache_purge_key ${http_host}$uri$is_args$args; "
+        no_host = "proxy_cache_key $uri; esi_cache_purge_key $hostname$uri; "
+        for name, zone, other, here in (
+                ("other.example", "pages",
+                 host + "esi_cache_purge PURGE from all;",
+                 host + "esi_cache_purge PURGE from 127.0.0.1;"),
+                ("localhost", "pages",
+                 no_host + "esi_cache_purge PURGE from all;",
+                 no_host + "esi_cache_purge PURGE from 127.0.0.1;"),
+                ("other.example", "own",
+                 no_host + "esi_cache_purge PURGE from all;",
+                 no_host + "esi_cache_purge PURGE from 127.0.0.1;")):
+            self.HTTP = "proxy_cache_path @@TMP@@/own keys_zone=own:1m;" \
+                + self.OTHER % (name, zone, other)
+            code, out = self.nginx_t(here)
+            self.assertEqual(code, 0, out)
+            self.assertEqual(self.warnings(out), [], self.HTTP)
+
+
 class OwnCacheKeyTest(CompatTestCase):
     """ngx_cache_purge's README sets proxy_cache_key; this module cannot
     read it, so the location names it once more in esi_cache_purge_key, and

@@ -6,9 +6,11 @@ size (esi_max_page_size), tag size (esi_max_tag_size), fragment size
 
 import os
 import subprocess
+import threading
 import unittest
 
-from harness import ERROR_MARKER, NGINX, EsiTestCase, free_port
+from harness import (ERROR_MARKER, NGINX, REQUEST_TIMEOUT, EsiTestCase,
+                     free_port, poll)
 
 
 class MaxIncludesTest(EsiTestCase):
@@ -200,6 +202,26 @@ class MaxFragmentSizeTest(EsiTestCase):
         self.big(self.FRAGMENT)
         self.page("")
         self.assertBody("/p", b"ab")
+        self.assertRefusedOnce(3000)
+
+    def test_refused_while_the_include_before_it_is_in_flight(self):
+        # Its marker waits in postpone until the include before it is done;
+        # it hung there: the flush that sends it was swallowed.
+        release = self.origin.hold("/esi/small")
+        self.big(self.FRAGMENT)
+        self.origin.route("/p", 'a<esi:include src="/esi/small"/>b'
+                                '<esi:include src="/esi/big"/>c')
+        self.start()
+        answers = []
+        client = threading.Thread(
+            target=lambda: answers.append(self.fetch("/p")), daemon=True)
+        client.start()
+        self.assertTrue(poll(lambda: 'include "/esi/big" is larger' in
+                             self.error_log()))
+        release.set()
+        client.join(REQUEST_TIMEOUT + 10)
+        self.assertTrue(answers and answers[0].complete, answers)
+        self.assertEqual(answers[0].body, b"aSb" + ERROR_MARKER + b"c")
         self.assertRefusedOnce(3000)
 
     def test_fragment_at_the_limit_is_included(self):
