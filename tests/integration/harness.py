@@ -357,14 +357,21 @@ class EsiTestCase(unittest.TestCase):
         self.esid = proc
         return proc
 
-    def start_esid_socket_activated(self, *extra):
-        """esid started by systemd-socket-activate on first connection."""
+    def start_esid_socket_activated(self, *extra, binder=list, daemon=list):
+        """esid started by systemd-socket-activate on first connection;
+        `binder` and `daemon` may wrap the argv of the one that binds and
+        of esid (to run either as another user).  Each execs the next:
+        one pid throughout."""
         tool = shutil.which("systemd-socket-activate")
         if tool is None:
             self.fail("systemd-socket-activate not found (packaging/deps.sh "
                       "installs systemd)")
-        argv = [tool, "-l", self.socket_path, ESID] + list(self.ESID_ARGS) \
-            + list(extra)
+        argv = binder([tool, "-l", self.socket_path] + daemon(
+            [ESID] + list(self.ESID_ARGS) + list(extra)))
+        # systemd removes what a stopped socket left before it binds;
+        # systemd-socket-activate does not.
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
         proc = self.spawn("esid-activated-%d" % len(self.processes), argv)
         if not poll(lambda: not proc.alive()
                     or os.path.exists(self.socket_path)) or not proc.alive():

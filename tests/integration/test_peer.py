@@ -1,9 +1,11 @@
 """Who may answer at esi_daemon's path (issue 33, item 2).  The worker
 checks the credentials of whatever listens there (SO_PEERCRED) before it
 sends its hello: root, the owner of the socket's directory, or the user
-`esi_daemon_user` names.  Anything else, here the real esid run by
-another local user in a directory everyone may write (as if esid were
-down and that user had bound its path), gets nothing: pages pass through
+`esi_daemon_user` names.  Anything else, here another local user who bound
+the path in a directory everyone may write while esid was down (with
+systemd-socket-activate, handing the socket to the real esid run as that
+user, since esid itself refuses to create its socket in such a directory),
+gets nothing: pages pass through
 as with esid down, purges answer 503, and the error log says once, for
 each time the connection is lost, who listens there and what to do.
 Under socket activation esid listens again on the socket systemd passes
@@ -12,7 +14,6 @@ it, and from then on the kernel names esid, not systemd: the packages make
 
 import os
 import pwd
-import shutil
 import unittest
 
 from harness import ESID, DidNotStart, EsiTestCase, poll, start_on_socket
@@ -65,8 +66,8 @@ class PeerTestCase(EsiTestCase):
                 "--regid=" + STRANGER_GROUP, "--clear-groups"] + argv
 
     def start_esid_as_stranger(self):
-        """The real esid, run as the stranger: setpriv execs it, so its
-        pid is the one that listens."""
+        """The real esid, run as the stranger in a directory it owns:
+        setpriv execs it, so its pid is the one that listens."""
         argv = self.as_stranger([ESID, "--socket", self.socket_path]
                                 + list(self.ESID_ARGS))
         try:
@@ -77,6 +78,13 @@ class PeerTestCase(EsiTestCase):
             self.fail("esid as %s did not come up on %s:\n%s" % (
                 STRANGER, self.socket_path, e.log))
         return self.esid
+
+    def bind_as_stranger(self):
+        """The stranger binds the path in a directory anyone may write and
+        hands the socket to the real esid run as it; setpriv execs
+        systemd-socket-activate, which execs esid on the first connection:
+        one pid throughout."""
+        return self.start_esid_socket_activated(binder=self.as_stranger)
 
     def expected_refusal(self, pid):
         """The line for the stranger's esid, pid `pid`, in a directory of
@@ -96,8 +104,8 @@ class PeerTestCase(EsiTestCase):
 
 
 class StrangerRefusedTest(PeerTestCase):
-    """esid run by another user in a directory of root's that everyone
-    may write (mode 1777): refused."""
+    """Another user's process bound the path in a directory of root's
+    that everyone may write (mode 1777): refused."""
 
     LOCATIONS = SEPARATE_LOCATION
 
@@ -106,7 +114,7 @@ class StrangerRefusedTest(PeerTestCase):
         self.dir = self.directory("shared", 0o1777)
 
     def test_pages_pass_through_and_one_error_names_the_peer(self):
-        esid = self.start_esid_as_stranger()
+        esid = self.bind_as_stranger()
         for _ in range(3):
             self.assertBody("/page", RAW)
         for nth in (1, 2, 3):
@@ -120,7 +128,7 @@ class StrangerRefusedTest(PeerTestCase):
         self.assertNotIn("attached to esid", self.error_log())
 
     def test_a_purge_is_not_sent_to_it(self):
-        self.start_esid_as_stranger()
+        self.bind_as_stranger()
         self.assertBody("/page", RAW)
         r = self.fetch("/purge/page")
         self.assertEqual(r.status, 503, r)
@@ -129,23 +137,24 @@ class StrangerRefusedTest(PeerTestCase):
         self.assertEqual(self.esid_connections(), 0)
 
     def test_the_error_comes_again_after_a_connection_is_lost(self):
-        first = self.start_esid_as_stranger()
+        first = self.bind_as_stranger()
         self.assertBody("/page", RAW)
         self.assertEqual(len(self.refusals()), 1, self.error_log())
         first.stop()
         # root's esid in the same directory is trusted: the peer decides,
         # not the directory's mode.
-        self.start_esid()
+        self.start_esid_socket_activated()
         self.assertTrue(poll(lambda: self.get("/page")[2] == PROCESSED),
                         self.error_log())
         self.esid.stop()
-        second = self.start_esid_as_stranger()
+        second = self.bind_as_stranger()
         self.assertBody("/page", RAW)
         # The worker may serve that page before it sees esid go.
         self.assertTrue(poll(lambda: len(self.refusals()) == 2),
                         self.error_log())
         self.assertTrue(self.refusals()[1].endswith(self.expected_refusal(
             second.pid)), self.refusals()[1])
+        self.assertEqual(self.esid_connections(), 0)
 
 
 class StrangerAbortTest(PeerTestCase):
@@ -155,12 +164,13 @@ class StrangerAbortTest(PeerTestCase):
 
     def test_the_page_is_aborted(self):
         self.directory("shared", 0o1777)
-        self.start_esid_as_stranger()
+        self.bind_as_stranger()
         r = self.fetch("/page")
         self.assertTrue(not r.complete or r.status >= 500, r)
         self.assertNotEqual(r.body, RAW)
         self.assertEqual(self.esi_status(1), "aborted")
         self.assertEqual(len(self.refusals()), 1, self.error_log())
+        self.assertEqual(self.esid_connections(), 0)
 
 
 class DaemonUserTest(PeerTestCase):
@@ -171,7 +181,7 @@ class DaemonUserTest(PeerTestCase):
 
     def test_its_esid_processes_pages(self):
         self.directory("shared", 0o1777)
-        self.start_esid_as_stranger()
+        self.bind_as_stranger()
         self.assertBody("/page", PROCESSED)
         self.assertEqual(self.esi_status(1), "processed")
         self.assertEqual(self.refusals(), [])
@@ -183,7 +193,7 @@ class TrustedPeerTest(PeerTestCase):
 
     def test_root_in_a_shared_directory(self):
         self.directory("shared", 0o1777)
-        self.start_esid()
+        self.start_esid_socket_activated()
         self.assertBody("/page", PROCESSED)
         self.assertEqual(self.refusals(), [])
 
@@ -204,22 +214,6 @@ class SocketActivatedPeerTest(PeerTestCase):
     worker's first connection, made before esid started, is root's; the
     one a new worker makes is esid's."""
 
-    def start_activated_as_stranger(self):
-        tool = shutil.which("systemd-socket-activate")
-        if tool is None:
-            self.fail("systemd-socket-activate not found (packaging/deps.sh "
-                      "installs systemd)")
-        # It execs setpriv, which execs esid: one pid throughout.
-        argv = [tool, "-l", self.socket_path] + self.as_stranger(
-            [ESID] + list(self.ESID_ARGS))
-        proc = self.spawn("esid-activated-%d" % len(self.processes), argv)
-        if not poll(lambda: not proc.alive()
-                    or os.path.exists(self.socket_path)) or not proc.alive():
-            self.fail("systemd-socket-activate did not listen on %s:\n%s"
-                      % (self.socket_path, proc.stderr()))
-        self.esid = proc
-        return proc
-
     def new_worker(self):
         """SIGKILL the worker; its successor connects to esid anew."""
         old = self.worker_pids()
@@ -229,7 +223,7 @@ class SocketActivatedPeerTest(PeerTestCase):
 
     def test_in_its_own_directory_esid_is_trusted_after_it_listens(self):
         self.directory("own", 0o755, owner=self.stranger.pw_uid)
-        self.start_activated_as_stranger()
+        self.start_esid_socket_activated(daemon=self.as_stranger)
         self.assertBody("/page", PROCESSED)
         self.new_worker()
         self.assertBody("/page", PROCESSED)
@@ -239,7 +233,7 @@ class SocketActivatedPeerTest(PeerTestCase):
 
     def test_in_a_directory_of_roots_esid_is_refused_once_it_listens(self):
         self.dir = self.directory("shared", 0o1777)
-        esid = self.start_activated_as_stranger()
+        esid = self.start_esid_socket_activated(daemon=self.as_stranger)
         self.assertBody("/page", PROCESSED)
         self.new_worker()
         self.assertBody("/page", RAW)
