@@ -10,9 +10,10 @@ registers what the origin serves, makes a request and compares exact bytes:
             self.origin.route("/esi/x", "X")
             self.assertBody("/page", b"aXc")
 
-Everything a test starts is stopped in tearDown, also on failure (SIGTERM,
-then SIGKILL after a bounded wait); on failure the nginx error log, esid's
-stderr and the origin's log are printed.  After every test the error log
+Everything a test starts is stopped in tearDown, also on failure (SIGTERM;
+NGINX: SIGQUIT to its master and SIGTERM to its workers, esitest.quit_nginx;
+then SIGKILL after STOP_BOUND, a hang guard); on failure the nginx error
+log, esid's stderr and the origin's log are printed.  After every test the error log
 must hold no crashed worker and no [alert]/[emerg] line.
 """
 
@@ -69,6 +70,9 @@ OPENSSL = shutil.which("openssl") or "/usr/bin/openssl"
 # lists it); with ESI_EXPECT_HTTP3=1 (CI's run against an nginx built with
 # it) they fail instead.
 NO_HTTP3 = "nginx without HTTP/3"
+
+# The line esid logs once it is ready (daemon/esid/main.cc).
+ESID_LISTENING = re.compile(r"\besid \S+ listening on ")
 
 # Lines of esid's stderr shown when it did not exit cleanly.
 ESID_STDERR_TAIL = 20
@@ -318,6 +322,13 @@ class EsiTestCase(unittest.TestCase):
         # An esid that aborts, segfaults or exits non-zero fails the test,
         # unless the test SIGKILLed it itself (Process.kill, or signal with
         # SIGKILL); stopped with SIGTERM it must exit 0.
+        # Any other process must at least have obeyed its stop (NGINX:
+        # SIGQUIT, its workers SIGTERM) before the hang guard.
+        for proc in self.processes:
+            if proc.sigkilled_by_stop and not proc.killed_by_test \
+                    and not proc.name.startswith("esid"):
+                problems.append("%s (pid %d) %s" % (
+                    proc.name, proc.pid, proc.unclean_exit()))
         for proc in self.processes:
             why = proc.unclean_exit() if proc.name.startswith("esid") \
                 else None
@@ -345,7 +356,8 @@ class EsiTestCase(unittest.TestCase):
         return proc
 
     def start_esid(self, *extra, socket_path=None):
-        """Start `esid --socket PATH` and wait until the socket answers."""
+        """Start `esid --socket PATH` and wait until it is ready
+        (await_listening)."""
         path = socket_path or self.socket_path
         argv = [ESID, "--socket", path] + list(self.ESID_ARGS) + list(extra)
         try:
@@ -354,8 +366,21 @@ class EsiTestCase(unittest.TestCase):
         except DidNotStart as e:
             self.fail("esid did not come up on %s (exit %r):\n%s" % (
                 path, e.proc.popen.poll(), e.log))
+        self.await_listening(proc)
         self.esid = proc
         return proc
+
+    def await_listening(self, proc):
+        """Wait (bounded) for esid's "esid VERSION listening on" line, which
+        it logs once its socket, metrics endpoint and fleet are up: its
+        socket answers a moment before, and on a busy machine a test that
+        went on from there could find esid's last words or its metrics
+        port still missing."""
+        if not poll(lambda: not proc.alive()
+                    or ESID_LISTENING.search(proc.stderr())) \
+                or not proc.alive():
+            self.fail("%s never said it was listening (exit %r):\n%s" % (
+                proc.name, proc.popen.poll(), proc.stderr()))
 
     def start_esid_socket_activated(self, *extra, binder=list, daemon=list):
         """esid started by systemd-socket-activate on first connection;
@@ -675,6 +700,7 @@ class Node:
         except DidNotStart as e:
             self.test.fail("%s: esid did not come up (exit %r):\n%s" % (
                 self.name, e.proc.popen.poll(), e.log))
+        self.test.await_listening(proc)
         self.esid = proc
         return proc
 

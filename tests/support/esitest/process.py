@@ -5,9 +5,12 @@ import signal
 import subprocess
 import time
 
-# Hang guards only: nothing asserts on elapsed time.
+# Hang guards only: nothing asserts on elapsed time, and a process that
+# is merely slow (a sanitized build on a machine busy with other work)
+# must never reach them.  A process's exit under ASan includes
+# LeakSanitizer's scan of its heap, seconds on a loaded 2-core machine.
 START_BOUND = 30.0
-STOP_BOUND = 10.0
+STOP_BOUND = 60.0
 
 
 def poll(condition, bound=START_BOUND, interval=0.02):
@@ -38,8 +41,13 @@ class Process:
     `killed_by_test` is set when its owner SIGKILLs it (kill(), or signal()
     with SIGKILL): the integration harness then asks nothing of its exit
     status.  `sigkilled_by_stop` is set when stop() had to SIGKILL it
-    because SIGTERM did not end it within STOP_BOUND, and `ran_until_stop`
-    says whether it was still running when stop() was first called."""
+    because it did not end within STOP_BOUND of being asked to, and
+    `ran_until_stop` says whether it was still running when stop() was
+    first called.
+
+    `ask_to_stop(process)` is how stop() asks it to end: SIGTERM to its
+    group (terminate_group), unless its starter says otherwise (NGINX:
+    servers.quit_nginx); `stop_request` names it in messages."""
 
     def __init__(self, name, argv, logdir, env=None):
         self.name = name
@@ -55,6 +63,8 @@ class Process:
         self.killed_by_test = False
         self.sigkilled_by_stop = False
         self.ran_until_stop = None
+        self.ask_to_stop = terminate_group
+        self.stop_request = "SIGTERM"
 
     def alive(self):
         return self.popen.poll() is None
@@ -66,14 +76,15 @@ class Process:
             os.kill(self.pid, sig)
 
     def stop(self):
-        """SIGTERM (after a SIGCONT, should it be stopped), then SIGKILL
-        after STOP_BOUND; then SIGKILL to whatever of its group outlived
-        it (a varnish child, a worker).  Returns the exit code."""
+        """ask_to_stop (SIGTERM; after a SIGCONT, should it be stopped),
+        then SIGKILL after STOP_BOUND, a hang guard; then SIGKILL to
+        whatever of its group outlived it (a varnish child, a worker).
+        Returns the exit code."""
         if self.ran_until_stop is None:
             self.ran_until_stop = self.alive()
         if self.alive():
             self._signal_group(signal.SIGCONT)
-            self._signal_group(signal.SIGTERM)
+            self.ask_to_stop(self)
             try:
                 self.popen.wait(STOP_BOUND)
             except subprocess.TimeoutExpired:
@@ -90,21 +101,22 @@ class Process:
 
     def unclean_exit(self):
         """Why this process's end was not a clean exit, or None: a status
-        other than 0 that no SIGKILL of its owner's explains, SIGTERM not
-        obeyed within STOP_BOUND, or an exit before anyone stopped it."""
+        other than 0 that no SIGKILL of its owner's explains, a request to
+        stop not obeyed within STOP_BOUND, or an exit before anyone stopped
+        it."""
         if self.killed_by_test:
             return None
         code = self.popen.poll()
         if self.sigkilled_by_stop:
-            return "did not exit within %ss of SIGTERM (SIGKILLed)" % (
-                STOP_BOUND)
+            return "did not exit within %ss of %s (SIGKILLed)" % (
+                STOP_BOUND, self.stop_request)
         if code == 0:
             return None
         if code is None:
             return "is still running"
         status = ("killed by %s" % signal.Signals(-code).name if code < 0
                   else "exit status %d" % code)
-        when = ("after SIGTERM" if self.ran_until_stop
+        when = ("after " + self.stop_request if self.ran_until_stop
                 else "before it was stopped")
         return "ended %s: %s" % (when, status)
 
@@ -120,9 +132,14 @@ class Process:
         return text if last is None else text[-last:]
 
 
-def _parents():
-    """{pid: parent pid} of every process, from /proc."""
-    out = {}
+def terminate_group(proc):
+    """Process.stop()'s request by default: SIGTERM to its whole group."""
+    proc._signal_group(signal.SIGTERM)
+
+
+def _stats():
+    """(pid, [state, ppid, pgrp, ...]) of every process: the fields of
+    /proc/PID/stat after its command's name."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -131,8 +148,17 @@ def _parents():
                 stat = f.read()
         except OSError:
             continue
-        out[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return out
+        yield int(entry), stat.rsplit(")", 1)[1].split()
+
+
+def group_members(pgid):
+    """Pids of the processes of process group `pgid`, from /proc."""
+    return [pid for pid, fields in _stats() if int(fields[2]) == pgid]
+
+
+def _parents():
+    """{pid: parent pid} of every process, from /proc."""
+    return {pid: int(fields[1]) for pid, fields in _stats()}
 
 
 def descendants(roots):

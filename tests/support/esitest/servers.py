@@ -3,9 +3,10 @@ used: NGINX with a config of its own, or anything on a port or a socket."""
 
 import os
 import re
+import signal
 
 from .net import free_port, tcp_port_answers, unix_socket_answers
-from .process import poll, read_text
+from .process import group_members, poll, read_text
 
 NGINX = os.environ.get("ESI_NGINX", "/usr/sbin/nginx")
 
@@ -60,6 +61,35 @@ def start_on_socket(spawn, name, argv, path):
     return proc
 
 
+def quit_nginx(proc):
+    """How Process.stop() ends an NGINX (its ask_to_stop): SIGQUIT to the
+    master, SIGTERM to the rest of its group, the workers and cache
+    processes, which then close their connections and exit at once, as
+    under SIGTERM.
+
+    Not SIGTERM to the master: a master told to terminate SIGKILLs the
+    workers that have not exited about 1.5 s later (ngx_master_process_cycle,
+    `delay > 1000`) and logs `[alert] ... exited on signal 9`, and a
+    worker's exit takes longer than that where it is sanitized (freeing
+    every pool allocation, LeakSanitizer's scan of its heap) on a busy
+    machine.  A master told to quit waits for its processes however long
+    they take, and respawns none; the SIGTERMs reach the workers after the
+    SIGQUIT is pending at the master.  A new master of a binary upgrade
+    (same group, "master process" too) is told to quit like the first."""
+    _signal(proc.pid, signal.SIGQUIT)
+    for pid in group_members(proc.pid):
+        if pid != proc.pid:
+            master = "master process" in read_text("/proc/%d/cmdline" % pid)
+            _signal(pid, signal.SIGQUIT if master else signal.SIGTERM)
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def start_nginx(spawn, name, prefix, conf, env=None, binary=NGINX):
     """An nginx in the foreground with `prefix` as its prefix (-p) and
     PREFIX/error.log as its error log (-e), on a free port: conf(port) is
@@ -73,8 +103,11 @@ def start_nginx(spawn, name, prefix, conf, env=None, binary=NGINX):
     def start(port):
         with open(path, "w") as f:
             f.write(conf(port))
-        return spawn(name, [binary, "-p", prefix + "/", "-e", errors,
+        proc = spawn(name, [binary, "-p", prefix + "/", "-e", errors,
                             "-c", path, "-g", "daemon off;"], env)
+        proc.ask_to_stop = quit_nginx
+        proc.stop_request = "SIGQUIT (its workers SIGTERM)"
+        return proc
 
     try:
         return start_on_port(
