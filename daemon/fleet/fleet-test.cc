@@ -1,9 +1,12 @@
 #include "fleet/fleet.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <uv.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -370,6 +373,112 @@ TEST(Fleet, APurgeIsPendingWhileRedisIsAwayAndNoRequestWaits) {
     EXPECT_EQ(fleet.published(PurgeQuery{PurgeQuery::Kind::kKey, "pa ges", "/d"}, 1, false).status,
               "refused");
     fleet.stop();
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);  // the handles close
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+// A "Redis" that accepts connections and reads what it is sent but never
+// answers, as a stopped (SIGSTOP) or swapping one: the kernel completes
+// the TCP connections all the same.
+class SilentRedis {
+ public:
+  explicit SilentRedis(uv_loop_t* loop) : server_(new uv_tcp_t) {
+    uv_tcp_init(loop, server_);
+    server_->data = this;
+    sockaddr_in addr{};
+    uv_ip4_addr("127.0.0.1", 0, &addr);
+    EXPECT_EQ(uv_tcp_bind(server_, reinterpret_cast<const sockaddr*>(&addr), 0), 0);
+    EXPECT_EQ(uv_listen(reinterpret_cast<uv_stream_t*>(server_), 16, onConnection), 0);
+    sockaddr_storage bound{};
+    int length = sizeof bound;
+    uv_tcp_getsockname(server_, reinterpret_cast<sockaddr*>(&bound), &length);
+    port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+  }
+  ~SilentRedis() { close(); }
+  SilentRedis(const SilentRedis&) = delete;
+  SilentRedis& operator=(const SilentRedis&) = delete;
+
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+  // What each accepted connection was sent, in the order accepted.
+  const std::vector<std::string>& received() const { return received_; }
+  size_t spokenTo() const {
+    return static_cast<size_t>(std::count_if(received_.begin(), received_.end(),
+                                             [](const std::string& r) { return !r.empty(); }));
+  }
+  void close() {
+    for (uv_tcp_t* client : std::exchange(clients_, {})) closeTcp(client);
+    if (server_ != nullptr) closeTcp(std::exchange(server_, nullptr));
+  }
+
+ private:
+  static void closeTcp(uv_tcp_t* tcp) {
+    uv_close(reinterpret_cast<uv_handle_t*>(tcp),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
+  }
+  static void onConnection(uv_stream_t* server, int status) {
+    auto* self = static_cast<SilentRedis*>(server->data);
+    if (status != 0) return;
+    auto* client = new uv_tcp_t;
+    uv_tcp_init(server->loop, client);
+    client->data = self;
+    if (uv_accept(server, reinterpret_cast<uv_stream_t*>(client)) != 0) {
+      closeTcp(client);
+      return;
+    }
+    self->clients_.push_back(client);
+    self->received_.emplace_back();
+    uv_read_start(
+        reinterpret_cast<uv_stream_t*>(client),
+        [](uv_handle_t*, size_t, uv_buf_t* buf) {
+          static char bytes[4096];
+          *buf = uv_buf_init(bytes, sizeof bytes);
+        },
+        [](uv_stream_t* stream, ssize_t n, const uv_buf_t* buf) {
+          auto* redis = static_cast<SilentRedis*>(stream->data);
+          if (n < 0) uv_read_stop(stream);
+          if (n <= 0) return;
+          const auto at = std::find(redis->clients_.begin(), redis->clients_.end(),
+                                    reinterpret_cast<uv_tcp_t*>(stream));
+          redis->received_[static_cast<size_t>(at - redis->clients_.begin())].append(
+              buf->base, static_cast<size_t>(n));
+        });
+  }
+
+  uv_tcp_t* server_;
+  int port_ = 0;
+  std::vector<uv_tcp_t*> clients_;
+  std::vector<std::string> received_;
+};
+
+// A connection is no proof that Redis is there: one that never answers
+// leaves the fleet disconnected and its purges pending.  (It was taken for
+// live as soon as TCP connected: `published`, and fleet_connected 1, until
+// its first command timed out 2 s later; issue 34.)
+TEST(Fleet, ARedisThatConnectsButNeverAnswersIsNotConnectedAndPurgesWait) {
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    SilentRedis redis(&loop);
+    FleetOptions options;
+    options.redis = parseRedisUrl(redis.url());
+    options.node = "hung";
+    options.stateDir = tempDir();
+    Fleet fleet(&loop, options, [](const PurgeQuery&, Fleet::Applied done) { done(0, {}); },
+                [] { return std::vector<std::string>{"pages"}; });
+    fleet.start();
+    // Both connections, the reader's and the writer's, sent their first
+    // command: what each does once it takes Redis for ready.
+    while (redis.spokenTo() < 2) uv_run(&loop, UV_RUN_ONCE);
+    for (const std::string& sent : redis.received()) {
+      EXPECT_EQ(sent.rfind("*1\r\n$4\r\nPING\r\n", 0), 0u) << sent;
+    }
+    EXPECT_EQ(fleet.stats()["fleet_connected"], 0);
+    const Publication p = fleet.published(PurgeQuery{PurgeQuery::Kind::kKey, "pages", "/a"}, 1, false);
+    EXPECT_EQ(p.status, "pending");
+    EXPECT_EQ(fleet.stats()["fleet_pending"], 1);
+    fleet.stop();
+    redis.close();
   }
   uv_run(&loop, UV_RUN_DEFAULT);  // the handles close
   EXPECT_EQ(uv_loop_close(&loop), 0);

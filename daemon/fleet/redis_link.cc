@@ -158,10 +158,11 @@ void RedisLink::handshake() {
     }
   }
   if (address_.db != 0) steps.push_back({"SELECT", std::to_string(address_.db)});
-  if (steps.empty()) {
-    becomeReady();
-    return;
-  }
+  // Ready only once Redis has answered on this connection: the kernel
+  // completes a TCP connection to a Redis that hangs (stopped, swapping),
+  // and one taken for live would be handed purges (answered "published")
+  // and counted connected until its first command timed out.
+  if (steps.empty()) steps.push_back({"PING"});
   for (size_t i = 0; i < steps.size(); ++i) {
     const bool last = i + 1 == steps.size();
     const std::string what = steps[i][0];

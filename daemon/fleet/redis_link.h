@@ -1,8 +1,9 @@
 // One connection to Redis on esid's loop (hiredis' async API through its
 // libuv adapter) that keeps itself up: it connects, authenticates, selects
-// the database, and when the connection breaks, times out or answers what
-// hiredis cannot parse, drops it and connects again after a backoff (100 ms,
-// doubling up to 5 s).  Nothing here ever blocks the loop.
+// the database, or PINGs (it is ready only once Redis has answered), and
+// when the connection breaks, times out or answers what hiredis cannot
+// parse, drops it and connects again after a backoff (100 ms, doubling up
+// to 5 s).  Nothing here ever blocks the loop.
 
 #pragma once
 

@@ -9,6 +9,7 @@ Everything waits on observable state (files, counters, state files)."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -247,14 +248,29 @@ class FleetHungRedisTest(FleetTestCase):
     def test_a_redis_that_hangs_is_dropped_and_its_purges_go_out_after(self):
         self.cache_everywhere("/h1", "/h2")
         a = self.fleet["a"]
+
+        def writer(what):
+            return len(re.findall("fleet writer: " + what, a.esid.stderr()))
+        self.assertEqual(writer("connected to"), 1)
         self.redis.signal(signal.SIGSTOP)
         try:
             # answered at once: no request waits on Redis
             r = self.purge(a, "/h1")
             self.assertEqual(len(a.cache_files()), 1)
+            # The connection purges go out on is dropped (2 s without an
+            # answer), and each one after: the kernel connects to a stopped
+            # Redis all the same, but esid takes none for live before Redis
+            # answered on it.  (It did: connected, and a purge answered
+            # `published`, until that connection's first command timed out.)
+            self.assertTrue(poll(lambda: writer("[^\n]*; next attempt in")
+                                 or writer("connected to") > 1, bound=20.0),
+                            "esid kept a Redis that does not answer")
+            self.assertEqual(writer("connected to"), 1,
+                             "esid connected to a Redis that does not "
+                             "answer:\n" + a.esid.stderr())
             self.assertTrue(poll(lambda: self.fleet_stats(a)
                                  ["fleet_connected"] == 0, bound=20.0),
-                            "esid kept a Redis that does not answer")
+                            "esid counts a Redis that does not answer")
             r = self.purge(a, "/h2")
             self.assertEqual(r.header("Cache-Purge-Fleet"), "pending")
         finally:
