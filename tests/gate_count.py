@@ -17,7 +17,10 @@ without ctest).  Counted:
   failed, erred or passed although marked expectedFailure; a skip that
   FILE (default tests/expected-skips) does not list; and one more for an
   integration file whose run ended without its results (a crash, a ctest
-  timeout, a module that does not import) or failed outside any method;
+  timeout, a module that does not import), ran fewer tests than unittest's
+  loader found in it before the run (its "expect" line: a run that stopped
+  early fails instead of shrinking the count) or failed outside any
+  method;
 - skipped: a skip that FILE lists, printed with its reason.
 
 Prints what failed ("NAME: FAILED what") and what was skipped ("NAME:
@@ -86,7 +89,14 @@ class Tally:
             self.fail("%s: no results (the file did not run, or did not "
                       "import)" % name)
             return
+        expected = None
+        if rows and rows[0][0] == "expect":
+            expected = int(rows[0][2]) if len(rows[0]) > 2 and \
+                rows[0][2].isdigit() else None
+            rows = rows[1:]
         ended = bool(rows) and rows[-1][0] == "end"
+        ran = int(rows[-1][2]) if ended and len(rows[-1]) > 2 and \
+            rows[-1][2].isdigit() else None
         failed_before = self.failed
         for row in rows[:-1] if ended else rows:
             outcome, test = row[0], row[1] if len(row) > 1 else "?"
@@ -105,9 +115,18 @@ class Tally:
                 self.fail("%s: passed, but is marked expectedFailure" % test)
             else:
                 self.fail("%s (%s)" % (test, outcome))
+        if expected is None:
+            self.fail("%s: its results do not say how many tests it has "
+                      "(run_counted.py's \"expect\" line)" % name)
         if not ended:
             self.fail("%s: its run ended before its last test (crashed, "
-                      "killed or timed out)" % name)
+                      "killed or timed out)%s" % (name, "" if expected is None
+                                                  else ": %d of its %d tests "
+                                                  "reported" % (len(rows),
+                                                                expected)))
+        elif expected is not None and ran != expected:
+            self.fail("%s: ran %s of its %d tests (it stopped early, or a "
+                      "class could not set up)" % (name, ran, expected))
         elif ctest_passed is False and self.failed == failed_before:
             self.fail("%s: ctest failed it outside any test method" % name)
 

@@ -48,6 +48,26 @@ class T(unittest.TestCase):
         pass
 '''
 
+# A module whose run stops after its first test, as unittest's failfast or
+# its ^C handler stop one (TestResult.stop()): it still ends ("end" line).
+STOPS_EARLY = '''
+import unittest
+
+class S(unittest.TestCase):
+    def run(self, result=None):
+        result.stop()
+        return super().run(result)
+
+    def test_1(self):
+        pass
+
+    def test_2(self):
+        pass
+
+    def test_3(self):
+        pass
+'''
+
 
 class GateCountTest(unittest.TestCase):
 
@@ -79,12 +99,12 @@ class GateCountTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=60)
         return r.returncode, r.stdout.splitlines()
 
-    def run_module(self):
-        """run_counted.py on MODULE; returns its exit status."""
-        self.write("fake_module.py", MODULE)
+    def run_module(self, name="fake_module", text=MODULE):
+        """run_counted.py on a module; returns its exit status."""
+        self.write(name + ".py", text)
         env = dict(os.environ, ESI_RESULTS_DIR=self.results,
                    PYTHONPATH=self.dir.name, PYTHONDONTWRITEBYTECODE="1")
-        return subprocess.run([sys.executable, RUNNER, "fake_module"],
+        return subprocess.run([sys.executable, RUNNER, name],
                               cwd=self.dir.name, env=env, capture_output=True,
                               timeout=60).returncode
 
@@ -103,8 +123,39 @@ class GateCountTest(unittest.TestCase):
         self.assertIn("gate: FAILED fake_module.T.test_known_bug_gone: "
                       "passed, but is marked expectedFailure", lines)
 
-    def test_ctest_report_counts_unit_tests_and_integration_methods(self):
+    def assertOnePassOneFailure(self, module, failure):
+        code, lines = self.count("--modules", module)
+        self.assertEqual(code, 1)
+        self.assertEqual(lines, ["gate: FAILED %s: %s" % (module, failure),
+                                 "gate: 1 passed, 1 failed, 0 skipped"])
+
+    def test_a_run_that_stops_early_fails_instead_of_shrinking(self):
+        self.run_module("stops_early", STOPS_EARLY)
+        with open(os.path.join(self.results, "stops_early.results")) as f:
+            self.assertEqual(f.read(), "expect\tstops_early\t3\n"
+                             "pass\tstops_early.S.test_1\n"
+                             "end\tstops_early\t1\n")
+        self.assertOnePassOneFailure("stops_early", "ran 1 of its 3 tests "
+                                     "(it stopped early, or a class could "
+                                     "not set up)")
+
+    def test_a_file_cut_short_says_how_many_of_its_tests_it_reported(self):
+        self.results_file("test_x", "expect\ttest_x\t40\n"
+                          "pass\ttest_x.A.test_1\n")
+        self.assertOnePassOneFailure("test_x", "its run ended before its "
+                                     "last test (crashed, killed or timed "
+                                     "out): 1 of its 40 tests reported")
+
+    def test_results_without_the_expected_count_are_a_failure(self):
         self.results_file("test_x", "pass\ttest_x.A.test_1\n"
+                          "end\ttest_x\t1\n")
+        self.assertOnePassOneFailure("test_x", "its results do not say how "
+                                     "many tests it has (run_counted.py's "
+                                     "\"expect\" line)")
+
+    def test_ctest_report_counts_unit_tests_and_integration_methods(self):
+        self.results_file("test_x", "expect\ttest_x\t2\n"
+                          "pass\ttest_x.A.test_1\n"
                           "pass\ttest_x.A.test_2\nend\ttest_x\t2\n")
         junit = self.write("junit.xml", JUNIT % (
             '<testcase name="integration.test_x" status="run"/>'))
@@ -114,17 +165,20 @@ class GateCountTest(unittest.TestCase):
                                  "build: 3 passed, 1 failed, 0 skipped"])
 
     def test_a_file_cut_short_is_one_more_failure(self):
-        self.results_file("test_x", "pass\ttest_x.A.test_1\n")
+        self.results_file("test_x", "expect\ttest_x\t2\n"
+                          "pass\ttest_x.A.test_1\n")
         junit = self.write("junit.xml", JUNIT % (
             '<testcase name="integration.test_x" status="fail">'
             '<failure message="Timeout"/></testcase>'))
         code, lines = self.count("--junit", junit)
         self.assertEqual(lines[-1], "gate: 2 passed, 2 failed, 0 skipped")
         self.assertIn("gate: FAILED test_x: its run ended before its last "
-                      "test (crashed, killed or timed out)", lines)
+                      "test (crashed, killed or timed out): 1 of its 2 tests "
+                      "reported", lines)
 
     def test_a_file_failed_outside_its_methods_is_a_failure(self):
-        self.results_file("test_x", "pass\ttest_x.A.test_1\nend\ttest_x\t1\n")
+        self.results_file("test_x", "expect\ttest_x\t1\n"
+                          "pass\ttest_x.A.test_1\nend\ttest_x\t1\n")
         junit = self.write("junit.xml", JUNIT % (
             '<testcase name="integration.test_x" status="fail">'
             '<failure message="Failed"/></testcase>'))

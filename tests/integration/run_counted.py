@@ -17,8 +17,15 @@ ESI_RESULTS_DIR/MODULE.results as they happen, one tab-separated line each:
 
 and a last line "end MODULE TESTS_RUN" once the module ran to its end: a
 file without it comes from a run that crashed or was killed (a ctest
-timeout), which the gate counts as one more failure.  Exits as unittest
-does: 0 when every test passed or was skipped.
+timeout), which the gate counts as one more failure.  The first line,
+
+    expect  test_esid   31
+
+written before any test runs, is how many test methods unittest's loader
+found in the module (each HTTP/2 variant one more): the gate counts a run
+that reported fewer (it stopped early, or lost methods) as one more
+failure too.  Exits as unittest does: 0 when every test passed or was
+skipped.
 """
 
 import os
@@ -80,6 +87,8 @@ def run_module(name, results_dir):
     record = None
     if results_dir:
         record = open(os.path.join(results_dir, name + ".results"), "w")
+        record.write("expect\t%s\t%d\n" % (name, suite.countTestCases()))
+        record.flush()
     RecordingResult.record = record
     try:
         runner = unittest.TextTestRunner(verbosity=2,
