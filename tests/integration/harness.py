@@ -40,8 +40,9 @@ from esitest import (  # noqa: E402,F401
     esid_bound_kib, fill, free_port, has_tcp_connections, held_socket,
     memory_kib, nginx_fd_counts, open_fds, poll, sanitized, start_nginx,
     start_on_socket, start_on_port, tcp_port_answers, tcp_states,
-    worker_bound_kib, worker_pids)
+    unix_socket_answers, worker_bound_kib, worker_pids)
 from esitest import read_text as _read  # noqa: E402
+from esitest.process import terminate_group  # noqa: E402
 from esitest import h2, h3  # noqa: E402
 
 from origin import Origin  # noqa: E402
@@ -402,6 +403,20 @@ class EsiTestCase(unittest.TestCase):
                     or os.path.exists(self.socket_path)) or not proc.alive():
             self.fail("systemd-socket-activate did not listen on %s:\n%s" % (
                 self.socket_path, proc.stderr()))
+
+        path = self.socket_path
+
+        def terminate_once_started(proc):
+            # esid is told to stop only once it is listening: a SIGTERM
+            # before it set up its handler would kill it (a stop a moment
+            # after the connection that started it, on a busy machine), as
+            # it kills systemd-socket-activate before one came.  So one
+            # comes, and esid starts, if it had not.
+            if proc.alive() and unix_socket_answers(path):
+                poll(lambda: not proc.alive()
+                     or ESID_LISTENING.search(proc.stderr()))
+            terminate_group(proc)
+        proc.ask_to_stop = terminate_once_started
         self.esid = proc
         return proc
 
