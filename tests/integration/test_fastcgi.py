@@ -39,6 +39,9 @@ class AppCacheTestCase(EsiTestCase):
     here, uwsgi_cache and scgi_cache in test_uwsgi.py): each page is its
     path, then the fragment /esi/a ("A") from the origin."""
 
+    MISS = 404      # a purge's answer to a key not cached: 412 with
+                    # ngx_cache_purge's lines (cache_purge_legacy_status)
+
     def setUp(self):
         super().setUp()
         self.origin.route("/esi/a", "A", content_type="text/plain")
@@ -54,6 +57,34 @@ class AppCacheTestCase(EsiTestCase):
         it tried, which the HTML body names."""
         PurgeTestCase.assertPurged(self, r, status, result)
         self.assertIn(("Key: %s</p>" % key).encode(), r.body)
+
+    def assertMiss(self, r, key):
+        """A purge that found nothing: MISS, count=0, the key it tried."""
+        self.assertPurge(r, self.MISS, "exact; count=0", key)
+        self.assertIn(b"<h1>Not cached</h1>", r.body)
+
+    def assertMissesRemoveNothing(self, zone, cached, key, *purges):
+        """cached stored in zone, each purge (path, method) finds nothing
+        (assertMiss, naming key): the file is kept, cached still a HIT."""
+        self.page(cached, "MISS")
+        before = sorted(self.files(zone))
+        self.assertEqual(len(before), 1)
+        for path, method in purges:
+            self.assertMiss(self.fetch(path, method=method), key)
+        self.assertEqual(sorted(self.files(zone)), before)
+        self.page(cached, "HIT")
+
+    def assertPurgesOnly(self, zone, path, other, purge, method="GET"):
+        """path and other cached in zone, the request `purge` (with method)
+        purges path only: 200, count=1 naming path's key, one file left,
+        path a MISS next and other still a HIT."""
+        for page in (path, other):
+            self.page(page, "MISS")
+        r = self.fetch(purge, method=method)
+        self.assertPurge(r, 200, "exact; count=1", path)
+        self.assertEqual(len(self.files(zone)), 1)
+        self.page(path, "MISS")
+        self.page(other, "HIT")
 
     def page(self, path, status):
         code, headers, body = self.get(path)
@@ -142,19 +173,12 @@ class FastcgiEsiTest(FastcgiTestCase):
 class NginxHelperTest(FastcgiTestCase):
     """nginx-helper (ngx_cache_purge mode): GET /purge/<path>, also for the
     feed forms; 200 is purged, a miss not cached."""
-    MISS = 404      # esi_cache_purge's answer to a key not cached
-
     def helper_get(self, path):
         """A GET as nginx-helper's do_remote_get() sends it
         (admin/class-purger.php: wp_remote_get( $url ))."""
         r = self.fetch(path, WORDPRESS_GET)
         self.assertTrue(r.complete, "GET %s: %r" % (path, r))
         return r
-
-    def assertMiss(self, r, key):
-        """A purge that found nothing: MISS, count=0, the key it tried."""
-        self.assertPurge(r, self.MISS, "exact; count=0", key)
-        self.assertIn(b"<h1>Not cached</h1>", r.body)
 
     def test_get_purge_path_removes_the_page_and_only_it(self):
         for path in ("/blog/hello/", "/blog/hello/feed/", "/blog/other/"):
@@ -169,13 +193,9 @@ class NginxHelperTest(FastcgiTestCase):
         self.page("/blog/other/", "HIT")
 
     def test_a_page_not_cached_is_a_miss_that_removes_nothing(self):
-        self.page("/blog/hello/", "MISS")
-        before = sorted(self.files("wordpress"))
-        r = self.helper_get("/purge/blog/never/")
-        self.assertMiss(r, "httpGET127.0.0.1/blog/never/")
-        self.assertEqual(sorted(self.files("wordpress")), before)
-        self.assertEqual(len(before), 1)
-        self.page("/blog/hello/", "HIT")
+        self.assertMissesRemoveNothing(
+            "wordpress", "/blog/hello/", "httpGET127.0.0.1/blog/never/",
+            ("/purge/blog/never/", "GET"))
 
     def test_a_posts_purge_as_nginx_helper_sends_it(self):
         """What nginx-helper 2.3.x requests when a post is edited
@@ -252,28 +272,29 @@ class SameLocationFastcgiTest(FastcgiTestCase):
         self.assertNotIn("esi_cache_purge_key gives", self.error_log())
 
 
-class SameLocationCompatFastcgiTest(FastcgiTestCase):
-    """ngx_cache_purge's "fastcgi_cache_purge PURGE from 127.0.0.1;" in the
-    cached location, whose fastcgi_cache_key is esi_cache_purge_key's
-    default ($uri$is_args$args): purged as ngx_cache_purge would."""
-    LOCATIONS = COMPAT_LOCATIONS
+class SameLocationCompatTests:
+    """ngx_cache_purge's "*_cache_purge PURGE from 127.0.0.1;" in a cached
+    location whose *_cache_key is esi_cache_purge_key's default
+    ($uri$is_args$args): purged as ngx_cache_purge would, and a miss its
+    412.  Over FastCGI here, uWSGI and SCGI in test_uwsgi.py: the class
+    names the cache's directory (ZONE) and two of its pages."""
+    MISS = 412
+    ZONE, PAGE, OTHER = "shop", "/shop/cart", "/shop/other"
 
-    def test_purge_in_the_fastcgi_cached_location(self):
-        for path in ("/shop/cart", "/shop/other"):
-            self.page(path, "MISS")
-        r = self.fetch("/shop/cart", method="PURGE")
-        self.assertPurge(r, 200, "exact; count=1", "/shop/cart")
-        self.assertEqual(len(self.files("shop")), 1)
-        self.page("/shop/cart", "MISS")
-        self.page("/shop/other", "HIT")
+    def test_purge_in_the_cached_location(self):
+        self.assertPurgesOnly(self.ZONE, self.PAGE, self.OTHER, self.PAGE,
+                              "PURGE")
         self.assertNotIn("esi_cache_purge_key gives", self.error_log())
 
     def test_a_miss_is_412_and_removes_nothing(self):
-        self.page("/shop/cart", "MISS")
-        r = self.fetch("/shop/never", method="PURGE")
-        self.assertPurge(r, 412, "exact; count=0", "/shop/never")
-        self.assertEqual(len(self.files("shop")), 1)
-        self.page("/shop/cart", "HIT")
+        never = self.PAGE + "/never"
+        self.assertMissesRemoveNothing(self.ZONE, self.PAGE, never,
+                                       (never, "PURGE"))
+
+
+class SameLocationCompatFastcgiTest(SameLocationCompatTests,
+                                    FastcgiTestCase):
+    LOCATIONS = COMPAT_LOCATIONS
 
 
 class FallbackKeyCompatFastcgiTest(FastcgiTestCase):
@@ -286,14 +307,11 @@ class FallbackKeyCompatFastcgiTest(FastcgiTestCase):
     LOCATIONS = replaced(
         COMPAT_LOCATIONS, "fastcgi_cache_key $uri$is_args$args;",
         'fastcgi_cache_key "$scheme$host$request_uri";')
+    MISS = 412
 
     def test_without_esi_cache_purge_key_the_purge_misses_and_logs(self):
-        for status in ("MISS", "HIT"):
-            self.page("/shop/cart", status)
-        r = self.fetch("/shop/cart", method="PURGE")
-        self.assertPurge(r, 412, "exact; count=0", "/shop/cart")
-        self.assertEqual(len(self.files("shop")), 1)
-        self.page("/shop/cart", "HIT")
+        self.assertMissesRemoveNothing("shop", "/shop/cart", "/shop/cart",
+                                       ("/shop/cart", "PURGE"))
         log = self.error_log()
         self.assertEqual(log.count("esi_cache_purge_key gives"), 1, log)
         self.assertIn('esi_cache_purge_key gives "/shop/cart" where the '
