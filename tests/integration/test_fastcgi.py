@@ -74,14 +74,15 @@ class AppCacheTestCase(EsiTestCase):
         self.assertEqual(sorted(self.files(zone)), before)
         self.page(cached, "HIT")
 
-    def assertPurgesOnly(self, zone, path, other, purge, method="GET"):
+    def assertPurgesOnly(self, zone, path, other, purge, method="GET",
+                         key=None):
         """path and other cached in zone, the request `purge` (with method)
-        purges path only: 200, count=1 naming path's key, one file left,
-        path a MISS next and other still a HIT."""
+        purges path only: 200, count=1 naming path's key (by default path
+        itself), one file left, path a MISS next and other still a HIT."""
         for page in (path, other):
             self.page(page, "MISS")
         r = self.fetch(purge, method=method)
-        self.assertPurge(r, 200, "exact; count=1", path)
+        self.assertPurge(r, 200, "exact; count=1", key or path)
         self.assertEqual(len(self.files(zone)), 1)
         self.page(path, "MISS")
         self.page(other, "HIT")
@@ -275,11 +276,24 @@ class SameLocationFastcgiTest(FastcgiTestCase):
 class SameLocationCompatTests:
     """ngx_cache_purge's "*_cache_purge PURGE from 127.0.0.1;" in a cached
     location whose *_cache_key is esi_cache_purge_key's default
-    ($uri$is_args$args): purged as ngx_cache_purge would, and a miss its
-    412.  Over FastCGI here, uWSGI and SCGI in test_uwsgi.py: the class
-    names the cache's directory (ZONE) and two of its pages."""
+    ($uri$is_args$args): purged as ngx_cache_purge would, a miss its 412,
+    "on purge_all" the whole zone.  ngx_cache_purge reads the location's
+    *_cache_key; this module cannot, and fastcgi, uwsgi and scgi have no
+    default key as proxy has: with another *_cache_key a purge misses
+    (412, the fallback key it tried in the body), the page stays, and the
+    first cached answer logs both keys; naming the key in
+    esi_cache_purge_key purges.  Over FastCGI here, uWSGI and SCGI in
+    test_uwsgi.py: the class names the module (KIND), the cache's
+    directory (ZONE) and two pages of the location."""
     MISS = 412
     ZONE, PAGE, OTHER = "shop", "/shop/cart", "/shop/other"
+    PURGE_LINE = "%s_cache_purge PURGE from 127.0.0.1;"
+    KEY_LINE = "%s_cache_key $uri$is_args$args;"
+
+    def change(self, line, new):
+        """The location's line (of KIND) replaced by new (of KIND)."""
+        self.LOCATIONS = replaced(self.LOCATIONS, line % self.KIND,
+                                  new % self.KIND)
 
     def test_purge_in_the_cached_location(self):
         self.assertPurgesOnly(self.ZONE, self.PAGE, self.OTHER, self.PAGE,
@@ -291,43 +305,39 @@ class SameLocationCompatTests:
         self.assertMissesRemoveNothing(self.ZONE, self.PAGE, never,
                                        (never, "PURGE"))
 
+    def test_on_purge_all_empties_the_zone(self):
+        self.change(self.PURGE_LINE,
+                    "%s_cache_purge on purge_all from 127.0.0.1;")
+        for path in (self.PAGE, self.OTHER):
+            self.page(path, "MISS")
+        r = self.fetch(self.PAGE + "/any", method="PURGE")
+        self.assertPurge(r, 200, "all; count=2", "")
+        self.assertEqual(self.files(self.ZONE), [])
+        for path in (self.PAGE, self.OTHER):
+            self.page(path, "MISS")
+
+    def test_another_cache_key_is_missed_and_logged(self):
+        self.change(self.KEY_LINE, '%s_cache_key "$scheme$host$request_uri";')
+        self.assertMissesRemoveNothing(self.ZONE, self.PAGE, self.PAGE,
+                                       (self.PAGE, "PURGE"))
+        log = self.error_log()
+        self.assertEqual(log.count("esi_cache_purge_key gives"), 1, log)
+        self.assertIn('esi_cache_purge_key gives "%s" where the cache key '
+                      'is "http127.0.0.1%s"' % (self.PAGE, self.PAGE), log)
+
+    def test_that_key_named_in_esi_cache_purge_key_purges(self):
+        self.change(self.KEY_LINE, '%s_cache_key "$scheme$host$request_uri";'
+                    '\n            esi_cache_purge_key '
+                    '"$scheme$host$request_uri";')
+        self.assertPurgesOnly(self.ZONE, self.PAGE, self.OTHER, self.PAGE,
+                              "PURGE", key="http127.0.0.1" + self.PAGE)
+        self.assertNotIn("esi_cache_purge_key gives", self.error_log())
+
 
 class SameLocationCompatFastcgiTest(SameLocationCompatTests,
                                     FastcgiTestCase):
     LOCATIONS = COMPAT_LOCATIONS
-
-
-class FallbackKeyCompatFastcgiTest(FastcgiTestCase):
-    """ngx_cache_purge reads the location's fastcgi_cache_key; this module
-    cannot, and fastcgi has no default key as proxy has: the same-location
-    fastcgi_cache_purge purges esi_cache_purge_key, $uri$is_args$args
-    unless set.  With another fastcgi_cache_key a purge misses (412, the
-    key it tried in the body), the page stays, and the first cached answer
-    logs both keys; naming the key in esi_cache_purge_key purges."""
-    LOCATIONS = replaced(
-        COMPAT_LOCATIONS, "fastcgi_cache_key $uri$is_args$args;",
-        'fastcgi_cache_key "$scheme$host$request_uri";')
-    MISS = 412
-
-    def test_without_esi_cache_purge_key_the_purge_misses_and_logs(self):
-        self.assertMissesRemoveNothing("shop", "/shop/cart", "/shop/cart",
-                                       ("/shop/cart", "PURGE"))
-        log = self.error_log()
-        self.assertEqual(log.count("esi_cache_purge_key gives"), 1, log)
-        self.assertIn('esi_cache_purge_key gives "/shop/cart" where the '
-                      'cache key is "http127.0.0.1/shop/cart"', log)
-
-    def test_with_the_key_named_in_esi_cache_purge_key_it_purges(self):
-        self.LOCATIONS = replaced(
-            self.LOCATIONS, "fastcgi_cache_purge PURGE from 127.0.0.1;",
-            "fastcgi_cache_purge PURGE from 127.0.0.1;\n"
-            '            esi_cache_purge_key "$scheme$host$request_uri";')
-        self.page("/shop/cart", "MISS")
-        r = self.fetch("/shop/cart", method="PURGE")
-        self.assertPurge(r, 200, "exact; count=1", "http127.0.0.1/shop/cart")
-        self.assertEqual(self.files("shop"), [])
-        self.page("/shop/cart", "MISS")
-        self.assertNotIn("esi_cache_purge_key gives", self.error_log())
+    KIND = "fastcgi"
 
 
 class KeyMismatchTest(FastcgiTestCase):

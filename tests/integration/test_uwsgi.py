@@ -125,6 +125,7 @@ class UwsgiCompatTest(SameLocationCompatTests, UwsgiAppTestCase):
     """ngx_cache_purge's uwsgi_cache_purge (scgi_cache_purge in
     ScgiCompatTest) as its README writes it, in both forms."""
     TEMPLATE = COMPAT_LOCATION
+    KIND = "uwsgi"
     ZONE, PAGE, OTHER = "app", "/app/hello", "/app/other"
 
     def test_zone_and_key_in_a_location_of_their_own(self):
