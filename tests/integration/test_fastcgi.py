@@ -199,7 +199,8 @@ class NginxHelperTest(FastcgiTestCase):
             ("/purge/blog/never/", "GET"))
 
     def test_a_posts_purge_as_nginx_helper_sends_it(self):
-        """What nginx-helper 2.3.x requests when a post is edited
+        """What nginx-helper (2.3.0 to 2.3.5, and rtCamp/nginx-helper's
+        master at 34cd216) requests when a post is edited
         (purge_page_on_mod and purge_feeds on, as by default), in
         get_request mode: admin/class-fastcgi-purger.php, purge_url(): the
         purge base ("/purge") with the post's path, then "feed/",
