@@ -1,0 +1,209 @@
+"""The documentation against the code (ctest: docs.reference, docs.troubleshoot).
+
+Reference: every directive of the module's ngx_command_t tables
+(nginx-connector/*.c) and every esid setting (daemon/esid/settings.cc) and
+flag (daemon/esid/main.cc) has its row in docs/reference.md, and every row
+there names one that still exists.
+
+Troubleshoot: every line the module logs at warn or above
+(ngx_log_error/ngx_conf_log_error at NGX_LOG_EMERG, ALERT, CRIT, ERR, WARN)
+and every line esid logs with spdlog::warn, error or critical appears in
+docs/troubleshoot.md by its longest fixed fragment.
+
+    python3 tests/docs_test.py              # both
+    python3 tests/docs_test.py Reference    # one
+"""
+
+import glob
+import os
+import re
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def read(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def read_abs(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+# ---------------------------------------------------------------- reference
+
+def module_directives():
+    """Names of every ngx_command_t table's entries, by file."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "nginx-connector", "*.c"))):
+        text = read_abs(path)
+        for table in re.finditer(
+                r"ngx_command_t\s+\w+\[\]\s*=\s*\{(.*?)ngx_null_command", text, re.S):
+            for name in re.findall(r'\{\s*ngx_string\("([^"]+)"\)', table.group(1)):
+                found[name] = os.path.relpath(path, ROOT)
+    return found
+
+
+def esid_settings():
+    """The settings file's keys (settings.cc) and esid's flags (main.cc)."""
+    settings = read("daemon/esid/settings.cc")
+    keys = set(re.findall(r'\bkey == "([a-z_]+)"', settings))
+    main = read("daemon/esid/main.cc")
+    flags = set(re.findall(r'add_(?:option|flag)\(\s*"(--[a-z-]+)', main))
+    flags |= set(re.findall(r'set_version_flag\(\s*"(--[a-z-]+)', main))
+    return keys, flags
+
+
+def documented():
+    """First-column names of docs/reference.md's tables: directives before
+    the heading "esid settings and flags", settings and flags after it."""
+    directives, settings, flags = set(), set(), set()
+    part = directives
+    for line in read("docs/reference.md").splitlines():
+        if line.startswith("#"):
+            part = settings if "esid settings" in line.lower() else part
+            continue
+        if not line.startswith("| `") and not line.startswith("| --"):
+            continue
+        first = re.split(r"(?<!\\)\|", line)[1]
+        for code in re.findall(r"`([^`]+)`", first):
+            name = code.split()[0]
+            if name.startswith("--"):
+                flags.add(name)
+            else:
+                part.add(name)
+    return directives, settings, flags
+
+
+class Reference(unittest.TestCase):
+    def setUp(self):
+        self.doc_directives, self.doc_settings, self.doc_flags = documented()
+
+    def test_tables_found(self):
+        # A parser that finds nothing would pass every other test.
+        self.assertGreater(len(module_directives()), 30)
+        keys, flags = esid_settings()
+        self.assertGreater(len(keys), 15)
+        self.assertGreater(len(flags), 10)
+
+    def test_every_directive_documented(self):
+        code = module_directives()
+        missing = sorted("%s (%s)" % (n, f) for n, f in code.items()
+                         if n not in self.doc_directives)
+        self.assertEqual(missing, [], "directives without a row in docs/reference.md")
+
+    def test_every_documented_directive_exists(self):
+        gone = sorted(set(self.doc_directives) - set(module_directives()))
+        self.assertEqual(gone, [], "rows of docs/reference.md naming no directive of the code")
+
+    def test_every_setting_documented(self):
+        keys, flags = esid_settings()
+        self.assertEqual(sorted(keys - self.doc_settings), [],
+                         "esid settings (settings.cc) without a row in docs/reference.md")
+        self.assertEqual(sorted(flags - self.doc_flags), [],
+                         "esid flags (main.cc) without a row in docs/reference.md")
+
+    def test_every_documented_setting_exists(self):
+        keys, flags = esid_settings()
+        self.assertEqual(sorted(self.doc_settings - keys), [],
+                         "settings in docs/reference.md that esid no longer reads")
+        self.assertEqual(sorted(self.doc_flags - flags), [],
+                         "flags in docs/reference.md that esid no longer takes")
+
+
+# ------------------------------------------------------------- troubleshoot
+
+LEVELS = "EMERG|ALERT|CRIT|ERR|WARN"
+
+
+def c_string_literals(text):
+    """The concatenated text of a run of adjacent C string literals."""
+    return "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', text))
+
+
+def call_args(text, start):
+    """The text from `start` (just after an opening parenthesis) to its
+    matching closing parenthesis, strings and comments respected."""
+    depth, i = 1, start
+    while i < len(text) and depth:
+        c = text[i]
+        if c == '"':
+            i += 1
+            while text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        i += 1
+    return text[start:i - 1]
+
+
+def fragments(fmt, printf):
+    """The fixed pieces of a format: the text between conversions."""
+    if printf:
+        pieces = re.split(r"%[-+ #0-9.*]*[a-zA-Z]+", fmt)
+    else:
+        pieces = re.split(r"\{[^}]*\}", fmt)
+    pieces = [p.replace('\\"', '"').replace("\\\\", "\\").replace("\\n", " ")
+              for p in pieces]
+    return [p for p in pieces if p.strip()]
+
+
+def logged_messages():
+    """(where, fixed fragment) of every warn-or-worse line of the code: the
+    longest fixed piece of its format, which names it in troubleshoot.md."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "nginx-connector", "*.c"))):
+        text = read_abs(path)
+        for m in re.finditer(r"\bngx_(?:conf_)?log_error\s*\(", text):
+            args = call_args(text, m.end())
+            if not re.match(r"\s*NGX_LOG_(%s)\b" % LEVELS, args):
+                continue
+            fmt = c_string_literals(args)
+            pieces = fragments(fmt, printf=True)
+            if pieces:
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(("%s:%d" % (os.path.relpath(path, ROOT), line),
+                            max(pieces, key=len).strip()))
+    for path in sorted(glob.glob(os.path.join(ROOT, "daemon", "**", "*.cc"), recursive=True)):
+        if path.endswith("-test.cc"):
+            continue
+        text = read_abs(path)
+        for m in re.finditer(r"\bspdlog::(?:warn|error|critical)\s*\(", text):
+            args = call_args(text, m.end())
+            # The format is the leading run of literals; a message built
+            # elsewhere ("{}", what) is documented where it is built.
+            lead = re.match(r'\s*((?:"(?:[^"\\]|\\.)*"\s*)+)', args)
+            if not lead:
+                continue
+            pieces = fragments(c_string_literals(lead.group(1)), printf=False)
+            if pieces:
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(("%s:%d" % (os.path.relpath(path, ROOT), line),
+                            max(pieces, key=len).strip()))
+    return out
+
+
+def normalise(text):
+    return re.sub(r"\s+", " ", text)
+
+
+class Troubleshoot(unittest.TestCase):
+    def test_messages_found(self):
+        self.assertGreater(len(logged_messages()), 100)
+
+    def test_every_message_documented(self):
+        doc = normalise(read("docs/troubleshoot.md"))
+        missing = ["%s: %s" % (where, frag) for where, frag in logged_messages()
+                   if normalise(frag) not in doc]
+        self.assertEqual(missing, [], "lines the code logs that docs/troubleshoot.md "
+                         "does not have (by their longest fixed fragment)")
+
+
+if __name__ == "__main__":
+    unittest.main()
