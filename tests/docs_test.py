@@ -10,7 +10,11 @@ Troubleshoot: every line the module logs at warn or above
 and every line esid logs with spdlog::warn, error or critical appears in
 docs/troubleshoot.md: its fixed text, in order, on one line of the page.
 
-    python3 tests/docs_test.py              # both
+Pages: README.md is at most 250 lines and links every docs/ page, and every
+relative link of the README, docs/, bench/ and the tests' and protocol's
+READMEs names a file (and heading) that exists.
+
+    python3 tests/docs_test.py              # all
     python3 tests/docs_test.py Reference    # one
 """
 
@@ -113,6 +117,56 @@ class Reference(unittest.TestCase):
                          "settings in docs/reference.md that esid no longer reads")
         self.assertEqual(sorted(self.doc_flags - flags), [],
                          "flags in docs/reference.md that esid no longer takes")
+
+
+# -------------------------------------------------------------------- pages
+
+README_MOST_LINES = 250
+LINKED = ["README.md", "docs/*.md", "bench/README.md", "bench/history/*.md",
+          "tests/README.md", "tests/integration/README.md", "proto/README.md"]
+
+
+def slugs(path):
+    """The anchors GitHub gives a page's headings."""
+    out, fence = set(), False
+    for line in read_abs(path).splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        m = re.match(r"#{1,6} (.*)", line)
+        if m and not fence:
+            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+class Pages(unittest.TestCase):
+    def test_readme_short(self):
+        n = len(read("README.md").splitlines())
+        self.assertLessEqual(n, README_MOST_LINES, "README.md has %d lines: move "
+                             "what is not the overview to docs/" % n)
+
+    def test_readme_lists_every_page(self):
+        readme = read("README.md")
+        unlisted = [os.path.relpath(p, ROOT)
+                    for p in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+                    if "(%s)" % os.path.relpath(p, ROOT) not in readme]
+        self.assertEqual(unlisted, [], "docs/ pages the README's table does not link")
+
+    def test_links_resolve(self):
+        broken = []
+        for pattern in LINKED:
+            for path in sorted(glob.glob(os.path.join(ROOT, pattern))):
+                for link in re.findall(r"\]\(([^)\s]+)\)", read_abs(path)):
+                    if re.match(r"[a-z]+:", link):
+                        continue
+                    target, _, anchor = link.partition("#")
+                    target = os.path.normpath(os.path.join(os.path.dirname(path), target)) \
+                        if target else path
+                    where = "%s: %s" % (os.path.relpath(path, ROOT), link)
+                    if not os.path.exists(target):
+                        broken.append(where)
+                    elif anchor and target.endswith(".md") and anchor not in slugs(target):
+                        broken.append(where + " (no such heading)")
+        self.assertEqual(broken, [], "links to files or headings that do not exist")
 
 
 # ------------------------------------------------------------- troubleshoot
