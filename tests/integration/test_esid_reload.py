@@ -63,12 +63,10 @@ class ReloadTestCase(EsiTestCase):
                          self.esid.stderr())
 
     def default_zone(self):
-        return self.plans_json()["default"]
-
-    def plans_json(self):
+        """esictl plans: esid's default plan zone (plan_store's)."""
         r = self.esictl("plans", "--json")
         self.assertEqual(r.returncode, 0, r.stderr.decode())
-        return json.loads(r.stdout)
+        return json.loads(r.stdout)["default"]
 
 
 class ReloadTest(ReloadTestCase):
