@@ -133,7 +133,7 @@ def main():
         log("results: %s.csv, %s.md%s" % (base, base, "".join(
             ", " + p for p in plots)))
         if not args.no_readme:
-            update_readme(md, plots)
+            update_readme(md, plots, raw=(base + ".csv", base + ".md"))
         ok = True
         return 0
     finally:

@@ -1213,6 +1213,48 @@ def markdown(args, info, zones, res, meta):
     return "\n".join(L)
 
 
+def plot_latency(csv_path):
+    """The picture of a purge run's CSV: the median latency of an exact
+    purge against the zone's size, one line per arm and page cache, both
+    axes logarithmic; results/DATE-purge*-latency.png, or None."""
+    lines = {}
+    with open(csv_path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["what"] != "purge" or row["page_cache"] not in ("warm", "cold"):
+                continue
+            arm = ARM_LABEL.get(row["arm"], row["arm"]).replace("`", "")
+            label = "%s, %s page cache" % (arm, row["page_cache"])
+            lines.setdefault(label, []).append((int(row["files"]),
+                                                float(row["p50_ms"])))
+    if not lines:
+        return None
+    png = csv_path[:-4] + "-latency.png"
+    dat = csv_path[:-4] + "-latency.dat"
+    with open(dat, "w") as f:
+        for label, points in sorted(lines.items()):
+            f.write('"%s"\n' % label)
+            for files, ms in sorted(points):
+                f.write("%d %.3f\n" % (files, ms))
+            f.write("\n\n")
+    script = """
+set terminal pngcairo size 900,680 noenhanced font ",10"
+set output '%s'
+set title "Exact purge of a Vary'd key (2 files): median latency against zone size"
+set logscale xy
+set xlabel 'files in the zone (log scale)'
+set ylabel 'ms, median (log scale)'
+set xtics ('1k' 1000, '10k' 10000, '100k' 100000, '1M' 1000000)
+set xrange [5000:2000000]
+set format y '%%g'
+set key below horizontal maxcols 2 width -8
+set grid
+plot for [i=0:%d] '%s' index i using 1:2 with linespoints title columnheader(1)
+""" % (png, len(lines) - 1, dat)
+    made = reporting.gnuplot(script)
+    os.unlink(dat)
+    return png if made else None
+
+
 def write_csv(path, zones, res):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -1374,7 +1416,10 @@ def cold_possible():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--build-dir", required=True)
+    p.add_argument("--build-dir")
+    p.add_argument("--plot", metavar="CSV",
+                   help="only draw the picture of an earlier run's CSV "
+                        "(results/DATE-purge*.csv) and exit")
     p.add_argument("--product", default="?")
     p.add_argument("--sizes", default="10k,100k",
                    help="zone sizes, of %s; '+' separates groups measured "
@@ -1403,6 +1448,12 @@ def main():
     p.add_argument("--keep", action="store_true")
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args()
+    if args.plot:
+        png = plot_latency(args.plot)
+        print(png or "no picture (gnuplot-nox missing, or no purge rows)")
+        return 0 if png else 1
+    if not args.build_dir:
+        p.error("--build-dir is required")
     args.build_dir = os.path.abspath(args.build_dir)
     for f in ("esid", "esictl", "ngx_http_esi_module.so"):
         if not os.path.exists(os.path.join(args.build_dir, f)):
@@ -1476,9 +1527,12 @@ def main():
     write_samples(base + "-samples.csv", zones, res)
     print()
     print(md)
-    log("results: %s.md, %s.csv, %s-samples.csv" % (base, base, base))
+    png = plot_latency(base + ".csv")
+    log("results: %s.md, %s.csv, %s-samples.csv%s" % (
+        base, base, base, ", " + png if png else ""))
     if not args.no_readme:
-        update_readme(md, [], marker="purge")
+        update_readme(md, [png] if png else [], marker="purge",
+                      raw=(base + ".csv", base + "-samples.csv"))
     return 0
 
 

@@ -406,9 +406,10 @@ plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)
     return made
 
 
-def update_readme(md, plots, marker="latest"):
+def update_readme(md, plots, marker="latest", raw=()):
     """Replace the section of bench/README.md between the `marker` comments
-    (latest: the ESI matrix; purge.py has its own)."""
+    (latest: the ESI matrix; purge.py has its own), naming the run's raw
+    results (`raw`: paths under results/) and showing its plots."""
     path = os.path.join(HERE, "README.md")
     if not os.path.exists(path):
         return
@@ -419,6 +420,11 @@ def update_readme(md, plots, marker="latest"):
         return
     pics = "".join("![%s](results/%s)\n" % (
         os.path.basename(p), os.path.basename(p)) for p in plots)
+    if raw:
+        pics = "Raw numbers: %s.\n\n" % ", ".join(
+            "[`results/%s`](results/%s)" % (os.path.basename(p),
+                                           os.path.basename(p))
+            for p in raw) + pics
     body = "%s\n%s\n%s%s" % (begin, md.replace("## ", "### Latest: ", 1)
                              .replace("\n### ", "\n#### "), pics, end)
     text = text[:text.index(begin)] + body + text[text.index(end) +

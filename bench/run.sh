@@ -69,7 +69,7 @@ fi
 # ngx_cache_purge 2.3, the purge benchmark's comparison (and its smoke's).
 case $mode in smoke|purge) packages+=(libnginx-mod-http-cache-purge) ;; esac
 case $mode in smoke) packages+=(redis-server) ;; esac
-case $mode in smoke|purge|fleet) ;; *) packages+=(gnuplot-nox) ;; esac
+case $mode in smoke|fleet) ;; *) packages+=(gnuplot-nox) ;; esac
 [ -z "$micro" ] || packages+=(libbenchmark-dev)
 if [ -z "$build_dir" ]; then
     # The project's own build dependencies (quick when all are present).

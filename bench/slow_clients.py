@@ -15,8 +15,8 @@ client has read its part (or after --duration seconds), the clients
 close, and the script polls until the fds, streams and pins are back to
 where they were before.
 
-Printed: each sample, the peak of each process against the bound README.md
-states (Operations, Slow clients), and whether everything came back.  Exit
+Printed: each sample, the peak of each process against the bound docs/operate.md
+states (Slow clients and a full disk), and whether everything came back.  Exit
 status 1 when a peak passed its bound or something did not come back.
 
 Reading 4 MB at 10 KB/s takes 400 s; --connections 200 --page-size 1m

@@ -3,8 +3,8 @@
  * Copyright (C) The ESI project authors
  *
  * What the connector reads of structures NGINX keeps private, checked
- * before the configuration is read (README, "What the module reads of
- * NGINX's private structures").  Another module's location configuration
+ * before the configuration is read (docs/architecture.md, "What the module
+ * reads of NGINX's private structures").  Another module's location configuration
  * is proved from what that module publishes, its directive table: the
  * offset at which a directive stores its value is where the member the
  * connector reads, or a neighbour of it, is.  The cache file header esid

@@ -3,7 +3,7 @@
 # with the module, the module built with -Werror.  An NGINX loads a dynamic
 # module built from the same version's source with the same --with-compat
 # signature (or, without --with-compat, the same configure arguments); any
-# other one it refuses at load_module (README, "Install").
+# other one it refuses at load_module (docs/install.md).
 #
 #   packaging/build-module.sh [OPTIONS] SOURCE [-- CONFIGURE ARGS...]
 #

@@ -95,7 +95,7 @@ common=(
 debian=$matrix/source/src
 moved=$matrix/moved-source
 
-# The private structures the module reads (README, "What the module reads
+# The private structures the module reads (docs/architecture.md, "What the module reads
 # of NGINX's private structures"), each with a member more where the module
 # does not expect one: before the gzip filter's "gzip" flag, before the
 # ngx_http_upstream_conf_t that starts the proxy module's location

@@ -248,8 +248,10 @@ fi
 # errors) built from this tree and the RPM spec parsed (building the RPMs
 # too would take CI past its 30 minutes); the .debs installed, esid
 # socket-activated, Debian's nginx with the installed module serving an
-# assembled page, esid reloaded and restarted under wrk load, esictl checked;
-# then everything purged.  Each of its checks is one pass or one fail.
+# assembled page, esid reloaded and restarted under wrk load (every body
+# checked), esictl checked, a page's Vary variants purged after an esid
+# restart with esid as user esid and the workers as www-data, control_group
+# tried; then everything purged.  Each of its checks is one pass or one fail.
 step "packages"
 wait "$debs"
 if [ "$(cat "$logs/build-deb.rc")" = 0 ]; then

@@ -602,6 +602,21 @@ class EsiTestCase(unittest.TestCase):
     def error_log(self):
         return _read(os.path.join(self.tmp, "error.log"))
 
+    def esid_warnings(self, uri):
+        """What esid's warning lines about the page `uri` say, in order:
+        the text after `warning "URI": `."""
+        mark = ' warning "%s": ' % uri
+        return [line.split(mark, 1)[1]
+                for line in self.esid.stderr().splitlines() if mark in line]
+
+    def assertWarned(self, uri, warnings):
+        """esid warned of exactly `warnings` about `uri` (waiting, bounded,
+        for as many lines: esid may write them after the answer)."""
+        poll(lambda: len(self.esid_warnings(uri)) >= len(warnings),
+             bound=10.0)
+        self.assertEqual(self.esid_warnings(uri), list(warnings),
+                         "esid's warnings about %s" % uri)
+
     def worker_pids(self):
         """Pids of the nginx master's worker processes."""
         return worker_pids(self.nginx.pid)

@@ -102,6 +102,7 @@ class Origin:
         self._hits = {}
         self._requests = []
         self._trackers = {}
+        self._pauses = {}
         self._log_file = open(log_path, "a") if log_path else None
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.origin = self
@@ -160,6 +161,15 @@ class Origin:
             self._trackers.setdefault(prefix, _Tracker()).hold = event
         return event
 
+    def pause(self, path, offset):
+        """Send the first `offset` bytes of `path`'s body, then hold the
+        rest until the returned event is set: a page that stops midway
+        for as long as the test wants (bounded by HOLD_BOUND)."""
+        event = threading.Event()
+        with self._lock:
+            self._pauses[path] = (offset, event)
+        return event
+
     # -- what it saw -----------------------------------------------------
 
     def hits(self, target):
@@ -198,6 +208,8 @@ class Origin:
                     tracker.hold.set()
                 if tracker.gate is not None:
                     tracker.gate.open = True
+            for _, event in self._pauses.values():
+                event.set()
             self._lock.notify_all()
         self._server.shutdown()
         self._server.server_close()
@@ -269,6 +281,8 @@ class Origin:
                                    dict(handler.headers.items())))
             self._lock.notify_all()
         trackers = self._enter(path)
+        with self._lock:
+            offset, resume = self._pauses.get(path, (None, None))
         try:
             route = self._lookup(target)
             if route is None:
@@ -287,6 +301,11 @@ class Origin:
             if route.length:
                 handler.send_header("Content-Length", str(len(body)))
             handler.end_headers()
+            if not head and resume is not None:
+                handler.wfile.write(body[:offset])
+                handler.wfile.flush()
+                resume.wait(self.HOLD_BOUND)
+                body = body[offset:]
             if not head:
                 handler.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):

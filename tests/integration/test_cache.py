@@ -17,32 +17,38 @@ class CacheTest(EsiTestCase):
                           lambda target: "cart %d" %
                           self.origin.hits("/esi/cart"))
 
+    def assertCart(self, n, cache_status):
+        """GET /page: 200, the assembled page with cart n, from the cache
+        or not as cache_status says."""
+        status, headers, body = self.get("/page")
+        self.assertEqual((status, headers.get("X-Cache-Status"), body),
+                         (200, cache_status,
+                          b"<h1>Shop</h1><p>cart %d</p>" % n))
+
     def test_second_request_is_a_cache_hit(self):
-        _, first, _ = self.get("/page")
-        _, second, _ = self.get("/page")
-        self.assertEqual(first.get("X-Cache-Status"), "MISS")
-        self.assertEqual(second.get("X-Cache-Status"), "HIT")
+        self.assertCart(1, "MISS")
+        self.assertCart(2, "HIT")
 
     def test_miss_and_hit_are_assembled(self):
         self.assertBody("/page", b"<h1>Shop</h1><p>cart 1</p>")
         self.assertBody("/page", b"<h1>Shop</h1><p>cart 2</p>")
 
     def test_page_is_fetched_from_the_origin_once(self):
-        self.get("/page")
-        self.get("/page")
-        self.get("/page")
+        for n, cache_status in enumerate(("MISS", "HIT", "HIT"), 1):
+            self.assertCart(n, cache_status)
         self.assertEqual(self.origin.hits("/page"), 1)
 
     def test_uncached_fragments_are_fetched_on_every_delivery(self):
-        self.get("/page")
-        self.get("/page")
+        self.assertCart(1, "MISS")
+        self.assertCart(2, "HIT")
         self.assertEqual(self.origin.hits("/esi/cart"), 2)
         self.assertEqual(self.origin.hits("/esi/head"), 2)
 
     def test_cache_hit_is_processed_per_esi_status(self):
-        self.get("/page")
-        self.get("/page")
-        self.assertEqual(self.esi_status(2), "processed")
+        self.assertCart(1, "MISS")
+        self.assertCart(2, "HIT")
+        self.assertEqual([self.esi_status(1), self.esi_status(2)],
+                         ["processed", "processed"])
 
 
 class CachedFragmentTest(EsiTestCase):

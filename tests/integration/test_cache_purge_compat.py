@@ -37,6 +37,33 @@ class CompatTestCase(PurgeTestCase):
         self.assertEqual(len(self.cache_files()), before + 2)
 
 
+    def assertMissRemovesNothing(self, purge, status, key):
+        """/p stored in two variants, `purge` (a request) finds nothing:
+        status, count=0 and the key it tried in the body; both files kept,
+        both variants still HITs."""
+        self.stored()
+        before = self.cache_files()
+        r = purge()
+        self.assertPurged(r, status, "exact; count=0")
+        self.assertIn(b"<h1>Not cached</h1>", r.body)
+        self.assertIn(("Key: %s</p>" % key).encode(), r.body)
+        self.assertEqual(self.cache_files(), before)
+        for variant in ("a", "b"):
+            self.assertEqual(self.cache_status("/p", variant), "HIT")
+
+    def where(self, text):
+        """nginx.conf and the number of the line that holds text."""
+        conf = self.tmp + "/nginx.conf"
+        with open(conf) as f:
+            lines = f.read().splitlines()
+        return conf, 1 + next(i for i, l in enumerate(lines) if text in l)
+
+    @property
+    def default_key(self):
+        """proxy's default key of the harness's location /, to a path"""
+        return "http://127.0.0.1:%d" % self.origin.port
+
+
 class SameLocationCompatTest(CompatTestCase):
 
     def test_purge_with_proxys_default_key_removes_every_variant(self):
@@ -48,9 +75,9 @@ class SameLocationCompatTest(CompatTestCase):
         self.assertEqual(self.cache_status("/p", "a"), "MISS")
         self.assertNotIn("esi_cache_purge_key gives", self.error_log())
 
-    def test_a_miss_is_412(self):
-        r = self.purge("/never")
-        self.assertEqual(r.status, 412)
+    def test_a_miss_is_412_and_removes_nothing(self):
+        self.assertMissRemovesNothing(lambda: self.purge("/never"), 412,
+                                      self.default_key + "/never")
 
     def test_other_methods_are_not_purges(self):
         self.stored()
@@ -67,6 +94,10 @@ class SeparateLocationCompatTest(CompatTestCase):
         self.assertEqual(r.status, 200, r.body)
         self.assertEqual(r.header("Cache-Purge-Result"), "exact; count=2")
         self.assertEqual(self.cache_files(), [])
+
+    def test_a_miss_there_is_412_and_removes_nothing(self):
+        self.assertMissRemovesNothing(lambda: self.fetch("/purge/never"),
+                                      412, self.default_key + "/never")
 
 
 class HttpsUpstreamCompatTest(CompatTestCase):
@@ -124,8 +155,9 @@ class HttpsUpstreamCompatTest(CompatTestCase):
 class LegacyStatusOffTest(CompatTestCase):
     HTTP = "cache_purge_legacy_status off;"
 
-    def test_a_miss_is_404(self):
-        self.assertEqual(self.purge("/never").status, 404)
+    def test_a_miss_is_404_and_removes_nothing(self):
+        self.assertMissRemovesNothing(lambda: self.purge("/never"), 404,
+                                      self.default_key + "/never")
 
 
 class OnAndPurgeAllTest(CompatTestCase):
@@ -138,18 +170,30 @@ class OnAndPurgeAllTest(CompatTestCase):
         r = self.purge("/p")
         self.assertEqual(r.status, 200, r.body)
         self.assertEqual(r.header("Content-Type"), "application/json")
-        self.assertEqual(json.loads(r.body)["kind"], "all")
-        self.assertEqual(json.loads(r.body)["count"], 4)
+        self.assertEqual(r.header("Cache-Purge-Result"), "all; count=4")
+        self.assertEqual(json.loads(r.body), {
+            "status": "purged", "kind": "all", "key": "", "count": 4,
+            "soft": False})
         self.assertEqual(self.cache_files(), [])
+        self.assertEqual(self.cache_status("/q", "a"), "MISS")
 
 
 class OffTest(CompatTestCase):
     LOCATION = "proxy_cache_purge off;"
 
     def test_off_purges_nothing(self):
+        """PURGE goes to the origin as any method would: its answer (the
+        stdlib server's 501 to a method it has no handler for), no
+        Cache-Purge-Result, both files kept and both variants HITs."""
         self.stored()
-        self.purge("/p")
-        self.assertEqual(len(self.cache_files()), 2)
+        before = self.cache_files()
+        r = self.purge("/p")
+        self.assertEqual(r.status, 501, r.body)
+        self.assertIn(b"Unsupported method ('PURGE')", r.body)
+        self.assertIsNone(r.header("Cache-Purge-Result"))
+        self.assertEqual(self.cache_files(), before)
+        for variant in ("a", "b"):
+            self.assertEqual(self.cache_status("/p", variant), "HIT")
 
 
 class ConfigurationTest(CompatTestCase):
@@ -164,12 +208,35 @@ class ConfigurationTest(CompatTestCase):
                      "proxy_cache_purge PURGE purge_all from all;"):
             code, out = self.nginx_t(good)
             self.assertEqual(code, 0, good + "\n" + out)
-        for bad in ("proxy_cache_purge purge from all;",
-                    "proxy_cache_purge PURGE from;",
-                    "proxy_cache_purge PURGE to 127.0.0.1;",
-                    "proxy_cache_purge off now;"):
+        usage = ('"%s" directive must be "on|off|METHOD [purge_all] [from '
+                 'all|ADDRESS ...]" or "ZONE KEY" in ')
+        for bad, emerg in (
+                ("proxy_cache_purge purge from all;",
+                 'invalid method "purge" in '),
+                ("proxy_cache_purge PURGE from;",
+                 usage % "proxy_cache_purge"),
+                ("fastcgi_cache_purge PURGE from;",
+                 usage % "fastcgi_cache_purge"),
+                ("proxy_cache_purge PURGE to 127.0.0.1;",
+                 usage % "proxy_cache_purge"),
+                ("proxy_cache_purge PURGE from 300.1.1.1;",
+                 'invalid address "300.1.1.1" in '),
+                ("proxy_cache_purge off now later;",
+                 '"proxy_cache_purge" directive takes nothing after off '
+                 'in '),
+                # two words after the directive are ZONE KEY, as
+                # ngx_cache_purge reads them: a zone "off" nothing declares
+                ("proxy_cache_purge off now;",
+                 '"esi_cache_purge zone=off": no proxy_cache_path, '
+                 'fastcgi_cache_path, uwsgi_cache_path or scgi_cache_path '
+                 'declares that keys_zone')):
             code, out = self.nginx_t(bad)
             self.assertNotEqual(code, 0, bad)
+            self.assertEqual(
+                [l for l in out.splitlines() if "[emerg]" in l],
+                ["nginx: [emerg] " + emerg + (
+                    "%s:%d" % self.where(bad) if emerg.endswith(" in ")
+                    else "")], bad)
 
 
 class OpenPurgeWarningTest(CompatTestCase):
@@ -219,13 +286,6 @@ class OpenPurgeWarningTest(CompatTestCase):
 
     def warnings(self, out):
         return [line for line in out.splitlines() if "[warn]" in line]
-
-    def where(self, text):
-        """nginx.conf and the number of the line that holds text."""
-        conf = self.tmp + "/nginx.conf"
-        with open(conf) as f:
-            lines = f.read().splitlines()
-        return conf, 1 + next(i for i, l in enumerate(lines) if text in l)
 
     def test_a_purge_without_from_is_warned_with_its_location(self):
         for directive in ("proxy_cache_purge on;", "proxy_cache_purge PURGE;",

@@ -64,6 +64,11 @@ class LargePageTest(EsiTestCase):
         status, _, body = self.get("/plain-big")
         self.assertEqual(status, 200)
         self.assertTrue(body == page, "page differs")
+        # parsed whole by esid, not passed through
+        self.assertEqual(self.esi_status(1), "processed")
+        stats = self.stats()
+        self.assertEqual((stats["streams"], stats["bytes"],
+                          stats["warnings"]), (1, SIZE, 0), stats)
 
 
 class OneOutputBufferTest(EsiTestCase):

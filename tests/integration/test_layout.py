@@ -1,4 +1,4 @@
-"""The structures NGINX keeps private that the module reads (README, "What
+"""The structures NGINX keeps private that the module reads (docs/architecture.md, "What
 the module reads of NGINX's private structures"), in the builds of
 tests/build-matrix.sh, which sets ESI_MATRIX_LAYOUT: "kept" for an nginx
 built from its own source, where `nginx -t` passes; "moved" for one whose

@@ -8,7 +8,7 @@ some after the status line, some after 64 KB (plain and gzip: the
 stitched answer), some after 256 KB (a few of a cache miss, so that
 nginx goes on storing the page without them), some read it all.  The
 workers' and esid's peak memory, sampled at every pass, must stay under
-the bounds README.md states (Slow clients and a full disk); once the
+the bounds docs/operate.md states (Slow clients and a full disk); once the
 clients are all gone, every fd of the nginx master, of each worker and
 of esid, esid's open streams and the segment arena's pins must come back
 to where they were, and no temporary file may be left in the cache or

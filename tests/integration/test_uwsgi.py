@@ -9,7 +9,7 @@ import os
 import shutil
 
 from harness import DidNotStart, start_on_port
-from test_fastcgi import AppCacheTestCase
+from test_fastcgi import AppCacheTestCase, SameLocationCompatTests
 
 # Each page: its path and an include; tagged as a blog's posts are.
 APP = r"""
@@ -36,9 +36,24 @@ LOCATION = """
 """
 
 
-class UwsgiTestCase(AppCacheTestCase):
+# ngx_cache_purge's own lines, kept as an operator moving from it keeps them:
+# PURGE in the cached location and the ZONE KEY form in one of its own
+COMPAT_LOCATION = LOCATION.replace(
+    "esi_cache_purge PURGE from 127.0.0.1;",
+    "%(kind)s_cache_purge PURGE from 127.0.0.1;") + """
+        location ~ /purge(/.*) {
+            allow 127.0.0.1;
+            deny all;
+            %(kind)s_cache_purge APP $1$is_args$args;
+        }
+"""
+
+
+class UwsgiAppTestCase(AppCacheTestCase):
+    """The WSGI application in uWSGI behind LOCATION's /app/."""
     KIND = "uwsgi"              # the NGINX module: uwsgi or scgi
     SOCKET = "--uwsgi-socket"   # uWSGI's listener for that protocol
+    TEMPLATE = LOCATION         # the locations, of kind and port
 
     def setUp(self):
         super().setUp()
@@ -59,7 +74,10 @@ class UwsgiTestCase(AppCacheTestCase):
             self.fail("uwsgi did not start:\n%s" % e.log)
         self.HTTP = "%s_cache_path %s keys_zone=APP:16m;" % (
             self.KIND, os.path.join(self.tmp, "app"))
-        self.LOCATIONS = LOCATION % {"kind": self.KIND, "port": port}
+        self.LOCATIONS = self.TEMPLATE % {"kind": self.KIND, "port": port}
+
+
+class UwsgiTestCase(UwsgiAppTestCase):
 
     def test_pages_are_assembled_and_planned(self):
         for status in ("MISS", "HIT", "HIT", "HIT"):
@@ -99,5 +117,26 @@ class UwsgiTestCase(AppCacheTestCase):
 
 
 class ScgiTest(UwsgiTestCase):
+    KIND = "scgi"
+    SOCKET = "--scgi-socket"
+
+
+class UwsgiCompatTest(SameLocationCompatTests, UwsgiAppTestCase):
+    """ngx_cache_purge's uwsgi_cache_purge (scgi_cache_purge in
+    ScgiCompatTest) as its README writes it, in both forms."""
+    TEMPLATE = COMPAT_LOCATION
+    KIND = "uwsgi"
+    ZONE, PAGE, OTHER = "app", "/app/hello", "/app/other"
+
+    def test_zone_and_key_in_a_location_of_their_own(self):
+        self.assertPurgesOnly("app", "/app/hello", "/app/other",
+                              "/purge/app/hello")
+
+    def test_a_miss_there_is_412_and_removes_nothing(self):
+        self.assertMissesRemoveNothing("app", "/app/hello", "/app/never",
+                                       ("/purge/app/never", "GET"))
+
+
+class ScgiCompatTest(UwsgiCompatTest):
     KIND = "scgi"
     SOCKET = "--scgi-socket"

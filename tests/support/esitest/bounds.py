@@ -1,4 +1,4 @@
-"""The memory bounds README.md states (Operations, Memory), as the tests
+"""The memory bounds docs/operate.md states (Slow clients and a full disk), as the tests
 and the benchmarks check them; every figure in KiB."""
 
 # esid: a fixed overhead (code, libraries, heap); per worker connection its
