@@ -68,11 +68,11 @@ def quit_nginx(proc):
     under SIGTERM.
 
     Not SIGTERM to the master: a master told to terminate SIGKILLs the
-    workers that have not exited about 1.5 s later (ngx_master_process_cycle,
-    `delay > 1000`) and logs `[alert] ... exited on signal 9`, and a
-    worker's exit takes longer than that where it is sanitized (freeing
-    every pool allocation, LeakSanitizer's scan of its heap) on a busy
-    machine.  A master told to quit waits for its processes however long
+    workers that have not exited about 3 s later (ngx_master_process_cycle:
+    its timer doubles from 50 ms, SIGKILL once `delay > 1000`) and logs
+    `[alert] ... exited on signal 9`, and a worker's exit takes longer
+    than that where it is sanitized (freeing every pool allocation,
+    LeakSanitizer's scan of its heap) on a busy machine.  A master told to quit waits for its processes however long
     they take, and respawns none; the SIGTERMs reach the workers after the
     SIGQUIT is pending at the master.  A new master of a binary upgrade
     (same group, "master process" too) is told to quit like the first."""
