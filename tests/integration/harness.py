@@ -13,8 +13,8 @@ registers what the origin serves, makes a request and compares exact bytes:
 Everything a test starts is stopped in tearDown, also on failure (SIGTERM;
 NGINX: SIGQUIT to its master and SIGTERM to its workers, esitest.quit_nginx;
 then SIGKILL after STOP_BOUND, a hang guard); on failure the nginx error
-log, esid's stderr and the origin's log are printed.  After every test the error log
-must hold no crashed worker and no [alert]/[emerg] line.
+log, esid's stderr and the origin's log are printed.  After every test the
+error log must hold no crashed worker and no [alert]/[emerg] line.
 """
 
 import http.client

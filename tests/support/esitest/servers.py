@@ -72,10 +72,11 @@ def quit_nginx(proc):
     its timer doubles from 50 ms, SIGKILL once `delay > 1000`) and logs
     `[alert] ... exited on signal 9`, and a worker's exit takes longer
     than that where it is sanitized (freeing every pool allocation,
-    LeakSanitizer's scan of its heap) on a busy machine.  A master told to quit waits for its processes however long
-    they take, and respawns none; the SIGTERMs reach the workers after the
-    SIGQUIT is pending at the master.  A new master of a binary upgrade
-    (same group, "master process" too) is told to quit like the first."""
+    LeakSanitizer's scan of its heap) on a busy machine.  A master told to
+    quit waits for its processes however long they take, and respawns
+    none; the SIGTERMs reach the workers after the SIGQUIT is pending at
+    the master.  A new master of a binary upgrade (same group, "master
+    process" too) is told to quit like the first."""
     _signal(proc.pid, signal.SIGQUIT)
     for pid in group_members(proc.pid):
         if pid != proc.pid:
