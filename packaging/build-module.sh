@@ -11,8 +11,10 @@
 #                     release tarball (./configure) or a git archive of a
 #                     release tag (auto/configure)
 #   --nginx BIN       build for that installed nginx: its version must be
-#                     SOURCE's, and the module takes --with-compat when BIN
-#                     was built with it, else all of BIN's configure
+#                     SOURCE's, and the module takes --with-compat and the
+#                     arguments its code depends on (SSL, gzip, gunzip:
+#                     OpenSSL's headers are needed when BIN has SSL) when
+#                     BIN was built with it, else all of BIN's configure
 #                     arguments (nginx -V)
 #   --args-file FILE  configure arguments, one a line (# comments), e.g.
 #                     packaging/nginx.org-configure-args
@@ -96,7 +98,17 @@ for line in sys.stdin:
                 print(arg)
 ' <<<"$said")
     if printf '%s\n' "${bin_args[@]}" | grep -qx -- --with-compat; then
+        # --with-compat makes the structures match; the module's own code
+        # still depends on these (NGX_HTTP_SSL: proxy_pass https's default
+        # cache key; NGX_HTTP_GZIP, NGX_ZLIB: inflating and stitching).
         args+=(--with-compat)
+        for arg in "${bin_args[@]}"; do
+            case $arg in
+                --with-http_ssl_module|--without-http_gzip_module|\
+                --with-http_gunzip_module|--with-http_gzip_static_module)
+                    args+=("$arg") ;;
+            esac
+        done
     else
         args+=("${bin_args[@]}")
     fi

@@ -24,6 +24,9 @@
 #            left at BUILD_DIR/matrix/mainline for run.sh's whole suite.
 #            test_layout's kept layouts on each.
 #   VERSION-static  the same tree with the module compiled in: built only
+#   VERSION-fornginx  the newest's module built for its nginx binary
+#            (build-module.sh --nginx, as users build it), loaded into it:
+#            test_smoke, test_cache_purge_compat (needs its SSL)
 #   VERSION-nocompat  the newest's module without --with-compat: test_abi
 #            loads it, and the version before's, into the newest nginx,
 #            which must refuse both
@@ -162,6 +165,15 @@ for tarball in $tarballs; do
                "$version-static|$tarball|static|--with-http_gunzip_module|1|kept|")
 done
 foreign="${previous:-}$foreign"
+# The module for an nginx already installed, as README's users build it
+# (build-module.sh --nginx BIN): here the newest's nginx, which has
+# --with-compat and SSL; test_cache_purge_compat needs SSL in the module
+# (an https upstream's default key).
+if [ -n "$newest" ]; then
+    version=$(basename "$newest" .tar.gz)
+    version=${version#nginx-}
+    variants+=("$version-fornginx|$newest|module|--nginx=$matrix/$version/nginx|1|kept|test_smoke test_cache_purge_compat|$matrix/$version/nginx")
+fi
 if [ -z "$tarballs" ]; then
     failed=$((failed + 1))
     echo "build-matrix: FAILED no nginx-*.tar.gz in $sources"
@@ -179,6 +191,10 @@ build_variant() {
     esac
     local extra=() file
     case $flags in
+        --nginx=*)
+            opts+=(--nginx "${flags#--nginx=}")
+            flags=
+            ;;
         --args-file=*)
             file=${flags%% *}
             opts+=(--args-file "${file#--args-file=}")
@@ -209,7 +225,7 @@ build_variant() {
 
 mkdir -p "$matrix"
 for v in "${variants[@]}"; do
-    IFS='|' read -r name source link flags zlib layout tests <<<"$v"
+    IFS='|' read -r name source link flags zlib layout tests runner <<<"$v"
     echo "build-matrix: $name: $(basename "$source") $link $flags"
     if ! build_variant "$name" "$source" "$link" "$flags" "$zlib"; then
         fail "$name build"
@@ -224,7 +240,8 @@ for v in "${variants[@]}"; do
     rm -rf "$results"
     # shellcheck disable=SC2086
     (cd tests/integration &&
-        ESI_NGINX=$matrix/$name/nginx ESI_MODULE=$module ESI_BUILD_DIR=$build \
+        ESI_NGINX=${runner:-$matrix/$name/nginx} ESI_MODULE=$module \
+        ESI_BUILD_DIR=$build \
         ESI_SOURCE_DIR=$root ESI_MATRIX_ZLIB=$zlib \
         ESI_MATRIX_LAYOUT=$layout ESI_MATRIX_FOREIGN="$foreign" \
         PYTHONDONTWRITEBYTECODE=1 \
