@@ -71,7 +71,7 @@
  * the module's that no other buffer carries (&ngx_http_esi_module tags its
  * output)
  */
-#define NGX_HTTP_ESI_INFLATED          (ngx_buf_tag_t) &ngx_http_esi_daemon
+#define NGX_HTTP_ESI_INFLATED          ((ngx_buf_tag_t) &ngx_http_esi_daemon)
 
 /* how many of them may be ahead of the client after a fallback */
 #define NGX_HTTP_ESI_INFLATE_AHEAD     8

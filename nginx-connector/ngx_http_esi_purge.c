@@ -14,7 +14,7 @@
 /* whether a request header is the one named (a literal), in any case */
 #define ngx_http_esi_purge_header_is(h, name)                                 \
     ((h)->key.len == sizeof(name) - 1                                         \
-     && ngx_strncasecmp((h)->key.data, (u_char *) name, sizeof(name) - 1)    \
+     && ngx_strncasecmp((h)->key.data, (u_char *) (name), sizeof(name) - 1)  \
         == 0)
 
 
