@@ -24,6 +24,8 @@
 
 #include <esi/ring.h>
 #include "esi_wire.h"
+#include "esi_tags.h"
+#include "esi_surrogate.h"
 
 #if (NGX_ZLIB)
 #include "esi_inflate.h"
@@ -69,7 +71,7 @@
  * the module's that no other buffer carries (&ngx_http_esi_module tags its
  * output)
  */
-#define NGX_HTTP_ESI_INFLATED          (ngx_buf_tag_t) &ngx_http_esi_daemon
+#define NGX_HTTP_ESI_INFLATED          ((ngx_buf_tag_t) &ngx_http_esi_daemon)
 
 /* how many of them may be ahead of the client after a fallback */
 #define NGX_HTTP_ESI_INFLATE_AHEAD     8
@@ -203,16 +205,6 @@ typedef struct {
 
     ngx_flag_t                 include_access; /* esi_include_access */
 } ngx_http_esi_loc_conf_t;
-
-
-/* what Surrogate-Control says to us: untargeted or ";NAME" directives */
-
-typedef struct {
-    time_t                     max_age;     /* -1: none */
-    time_t                     max_age_targeted;
-    unsigned                   esi:1;       /* content="ESI/1.0" */
-    unsigned                   no_store:1;
-} ngx_http_esi_surrogate_t;
 
 
 /*

@@ -1486,6 +1486,8 @@ ngx_http_esi_flush_posted(ngx_http_esi_daemon_t *d)
         q = ngx_queue_head(&d->posted);
         m = ngx_queue_data(q, ngx_http_esi_msg_t, link);
 
+        /* not freed: ngx_queue_remove() made the next one the head */
+        /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc) */
         if (m->len > esi_ring_max_payload(&d->tx)) {
 
             /* queued while connecting, before the ring size was known */
@@ -1528,6 +1530,9 @@ ngx_http_esi_free_posted(ngx_http_esi_daemon_t *d)
 
     while (!ngx_queue_empty(&d->posted)) {
         q = ngx_queue_head(&d->posted);
+
+        /* as in ngx_http_esi_flush_posted(), the next one, not freed */
+        /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc) */
         ngx_queue_remove(q);
         ngx_free(ngx_queue_data(q, ngx_http_esi_msg_t, link));
     }

@@ -270,7 +270,7 @@ ngx_http_esi_gunzip_alloc(void *opaque, u_int items, u_int size)
 {
     ngx_http_request_t *r = opaque;
 
-    return ngx_palloc(r->pool, items * size);
+    return ngx_palloc(r->pool, (size_t) items * size);
 }
 
 

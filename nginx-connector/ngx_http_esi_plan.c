@@ -172,7 +172,7 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root,
 
             step->type = NGX_HTTP_ESI_CHECK;
             step->offset = pos;
-            step->length = len;
+            step->length = (off_t) len;
 
             step->bytes = ngx_http_esi_plan_copy(r, &room, bytes, len);
             if (step->bytes == NULL) {
@@ -221,7 +221,7 @@ ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root,
 
             step->type = NGX_HTTP_ESI_LITERAL;
             step->offset = pos;
-            step->length = len;
+            step->length = (off_t) len;
 
             if (len) {
                 step->bytes = ngx_http_esi_plan_copy(r, &room, bytes, len);
@@ -909,7 +909,7 @@ ngx_http_esi_held_equal(ngx_http_esi_ctx_t *ctx, off_t offset, u_char *bytes,
         }
 
         bytes += n;
-        offset += n;
+        offset += (off_t) n;
         len -= n;
     }
 

@@ -14,7 +14,7 @@
 /* whether a request header is the one named (a literal), in any case */
 #define ngx_http_esi_purge_header_is(h, name)                                 \
     ((h)->key.len == sizeof(name) - 1                                         \
-     && ngx_strncasecmp((h)->key.data, (u_char *) name, sizeof(name) - 1)    \
+     && ngx_strncasecmp((h)->key.data, (u_char *) (name), sizeof(name) - 1)  \
         == 0)
 
 
@@ -509,7 +509,8 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
 static ngx_int_t
 ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 {
-    u_char                          *s, *e, *end;
+    u_char                          *s, *t, *end;
+    size_t                           len;
     ngx_int_t                        rc;
     ngx_str_t                       *tag;
     ngx_uint_t                       i;
@@ -569,29 +570,17 @@ ngx_http_esi_purge_tags(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 
         p->kind = NGX_HTTP_ESI_PURGE_TAG;
 
+        s = h[i].value.data;
         end = h[i].value.data + h[i].value.len;
 
-        for (s = h[i].value.data; s < end; s = e) {
-            while (s < end && (*s == ' ' || *s == '\t' || *s == ',')) {
-                s++;
-            }
-
-            for (e = s; e < end && *e != ' ' && *e != '\t' && *e != ','; e++)
-            {
-                /* void */
-            }
-
-            if (e == s) {
-                continue;
-            }
-
+        while (esi_tags_next(&s, end, &t, &len)) {
             tag = ngx_array_push(p->tags);
             if (tag == NULL) {
                 return NGX_ERROR;
             }
 
-            tag->data = s;
-            tag->len = e - s;
+            tag->data = t;
+            tag->len = len;
         }
     }
 
@@ -702,38 +691,17 @@ ngx_http_esi_purge_pattern(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
 static ngx_int_t
 ngx_http_esi_purge_magento(ngx_str_t *pattern, ngx_array_t *tags)
 {
-    u_char     *s, *e, *end;
+    u_char     *pos, *s, *end;
+    size_t      len;
+    ngx_int_t   rc;
     ngx_str_t  *tag;
 
-    static u_char  open[] = "((^|,)", close[] = "(,|$))";
+    pos = pattern->data;
+    end = pattern->data + pattern->len;
 
-    s = pattern->data;
-    end = s + pattern->len;
-
-    for ( ;; ) {
-        if ((size_t) (end - s) < sizeof(open) - 1
-            || ngx_strncmp(s, open, sizeof(open) - 1) != 0)
-        {
-            return NGX_DECLINED;
-        }
-
-        s += sizeof(open) - 1;
-
-        /* a tag: nothing a regular expression reads as more than itself */
-
-        for (e = s; e < end && ngx_strchr("().*+?[]{}|\\^$", *e) == NULL;
-             e++)
-        {
-            /* void */
-        }
-
-        if (e == s
-            || (size_t) (end - e) < sizeof(close) - 1
-            || ngx_strncmp(e, close, sizeof(close) - 1) != 0)
-        {
-            return NGX_DECLINED;
-        }
-
+    while ((rc = esi_tags_magento_next(pattern->data, end, &pos, &s, &len))
+           == 1)
+    {
         if (tags) {
             tag = ngx_array_push(tags);
             if (tag == NULL) {
@@ -741,19 +709,11 @@ ngx_http_esi_purge_magento(ngx_str_t *pattern, ngx_array_t *tags)
             }
 
             tag->data = s;
-            tag->len = e - s;
-        }
-
-        s = e + sizeof(close) - 1;
-
-        if (s == end) {
-            return NGX_OK;
-        }
-
-        if (*s++ != '|') {
-            return NGX_DECLINED;
+            tag->len = len;
         }
     }
+
+    return rc == 0 ? NGX_OK : NGX_DECLINED;
 }
 
 

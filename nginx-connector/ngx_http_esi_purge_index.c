@@ -290,23 +290,8 @@ ngx_http_esi_purge_index_object(ngx_http_request_t *r, ngx_pool_t *pool,
 
             /* space separated, whatever separated them before */
 
-            for (p = h[i].value.data;
-                 p < h[i].value.data + h[i].value.len;
-                 p++)
-            {
-                if (*p == ' ' || *p == '\t' || *p == ',') {
-                    if (tags.len && tags.data[tags.len - 1] != ' ') {
-                        tags.data[tags.len++] = ' ';
-                    }
-
-                } else {
-                    tags.data[tags.len++] = *p;
-                }
-            }
-
-            if (tags.len && tags.data[tags.len - 1] != ' ') {
-                tags.data[tags.len++] = ' ';
-            }
+            tags.len = esi_tags_join(tags.data, tags.len, h[i].value.data,
+                                     h[i].value.len);
         }
 
         if (n == 0) {
@@ -334,12 +319,7 @@ ngx_http_esi_purge_index_object(ngx_http_request_t *r, ngx_pool_t *pool,
 
         /* the whole tags that fit; esid would refuse the report */
 
-        for (len = NGX_HTTP_ESI_PURGE_TAGS_MAX;
-             len && tags.data[len] != ' ';
-             len--)
-        {
-            /* void */
-        }
+        len = esi_tags_fit(tags.data, tags.len, NGX_HTTP_ESI_PURGE_TAGS_MAX);
 
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "esi: \"%V\" has %uz bytes of tags, esid indexes "

@@ -480,7 +480,8 @@ ngx_http_esi_splice_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 
             case NGX_HTTP_ESI_VERBATIM:
                 rc = ngx_http_esi_splice_verbatim(r, ctx, insn->offset,
-                                                  insn->offset + insn->length);
+                                                  insn->offset
+                                                  + (off_t) insn->length);
                 break;
 
             case NGX_HTTP_ESI_INCLUDE:
@@ -635,7 +636,7 @@ ngx_http_esi_literal(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
 
-    ctx->made += text->len;
+    ctx->made += (off_t) text->len;
 
     if (elcf->max_page_size && ctx->made > elcf->max_page_size) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
@@ -865,7 +866,7 @@ ngx_http_esi_skip(ngx_http_esi_ctx_t *ctx, ngx_http_esi_insn_t *insn)
 
     case NGX_HTTP_ESI_VERBATIM:
     case NGX_HTTP_ESI_SEGMENT:
-        ctx->verbatim_end = insn->offset + insn->length;
+        ctx->verbatim_end = insn->offset + (off_t) insn->length;
         break;
 
     default: /* an include never fetched, a literal, a tryExcept */

@@ -160,7 +160,7 @@ ngx_module_t  ngx_http_esi_stitch_filter_module = {
 
 /* our own deflate output; segments carry the module's address instead */
 #define NGX_HTTP_ESI_STITCH_ZBUF                                              \
-    (ngx_buf_tag_t) &ngx_http_esi_stitch_filter_module_ctx
+    ((ngx_buf_tag_t) &ngx_http_esi_stitch_filter_module_ctx)
 
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
@@ -839,6 +839,14 @@ ngx_http_esi_stitch_deflate(ngx_http_request_t *r,
     int         zrc;
     z_stream   *zs;
     ngx_buf_t  *b;
+
+    /* only a live stream owes a flush, and feed() made the stream */
+
+    if (ctx->z == NULL) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "esi stitch: deflate without a stream");
+        return NGX_ERROR;
+    }
 
     zs = &ctx->z->zstream;
 

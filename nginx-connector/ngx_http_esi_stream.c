@@ -207,7 +207,7 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
         h = ctx->send_held;
 
         for (n = 0; n < len; n += k) {
-            from = ctx->sent + n;
+            from = ctx->sent + (off_t) n;
             k = ngx_min(len - n, (size_t) (h->end - from));
 
             ngx_memcpy(dst + n, h->start + (from - h->offset), k);
@@ -218,7 +218,7 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
         }
 
         ctx->send_held = h;
-        ctx->sent += len;
+        ctx->sent += (off_t) len;
         ctx->awaiting++;
 
         ngx_http_esi_daemon_commit(d, esi_wire_finish(&b));
@@ -461,10 +461,7 @@ ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx)
 
     rc = ngx_http_esi_filter_process(r, ctx, NULL);
 
-    if (rc == NGX_ERROR) {
-        ngx_http_finalize_request(r, NGX_ERROR);
-
-    } else if (ngx_http_post_request(r, NULL) != NGX_OK) {
+    if (rc == NGX_ERROR || ngx_http_post_request(r, NULL) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_ERROR);
     }
 

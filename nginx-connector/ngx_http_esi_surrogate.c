@@ -9,10 +9,6 @@
 #include "ngx_http_esi.h"
 
 
-static void ngx_http_esi_surrogate_parse(ngx_str_t *value, ngx_str_t *name,
-    ngx_http_esi_surrogate_t *sc);
-
-
 /* Surrogate-Control is for us: the client never sees it */
 
 void
@@ -181,14 +177,11 @@ ngx_http_esi_surrogate_control(ngx_http_request_t *r,
     ngx_list_part_t           *part;
     ngx_table_elt_t           *h;
     ngx_http_upstream_t       *u;
-    ngx_http_esi_surrogate_t   sc;
+    esi_surrogate_t            sc;
 
     static u_char  name[] = "Surrogate-Control";
 
-    sc.max_age = -1;
-    sc.max_age_targeted = -1;
-    sc.esi = 0;
-    sc.no_store = 0;
+    esi_surrogate_init(&sc);
 
     part = &r->headers_out.headers.part;
     h = part->elts;
@@ -212,7 +205,8 @@ ngx_http_esi_surrogate_control(ngx_http_request_t *r,
             continue;
         }
 
-        ngx_http_esi_surrogate_parse(&h[i].value, &elcf->surrogate, &sc);
+        esi_surrogate_parse(&sc, h[i].value.data, h[i].value.len,
+                            elcf->surrogate.data, elcf->surrogate.len);
 
         h[i].hash = 0;
     }
@@ -227,159 +221,14 @@ ngx_http_esi_surrogate_control(ngx_http_request_t *r,
             u->cacheable = 0;
 
         } else if (max_age > 0) {
-            r->cache->valid_sec = ngx_time() + max_age;
+
+            /* a max-age past the end of time_t is for ever, not the past */
+
+            r->cache->valid_sec = max_age > NGX_MAX_TIME_T_VALUE - ngx_time()
+                                  ? NGX_MAX_TIME_T_VALUE
+                                  : ngx_time() + max_age;
         }
     }
 
     return sc.esi ? NGX_OK : NGX_DECLINED;
-}
-
-
-/*
- * One Surrogate-Control value: comma-separated directives, each with an
- * optional ";target"; those without a target or for ours are taken.
- * Anything else, malformed or unknown, is skipped.
- */
-
-static void
-ngx_http_esi_surrogate_parse(ngx_str_t *value, ngx_str_t *name,
-    ngx_http_esi_surrogate_t *sc)
-{
-    u_char     *p, *end, *start, *last, *target, *v, *q;
-    time_t      n;
-    size_t      len;
-    ngx_uint_t  quoted, targeted;
-
-    p = value->data;
-    end = p + value->len;
-
-    while (p < end) {
-
-        /* one directive: up to a comma outside quotes */
-
-        start = p;
-        target = NULL;
-        quoted = 0;
-
-        for ( /* void */ ; p < end; p++) {
-            if (*p == '"') {
-                quoted = !quoted;
-
-            } else if (!quoted && *p == ',') {
-                break;
-
-            } else if (!quoted && *p == ';' && target == NULL) {
-                target = p;
-            }
-        }
-
-        last = target ? target : p;
-        p++;        /* past the comma */
-
-        while (start < last && (*start == ' ' || *start == '\t')) {
-            start++;
-        }
-
-        while (last > start && (last[-1] == ' ' || last[-1] == '\t')) {
-            last--;
-        }
-
-        targeted = 0;
-
-        if (target) {
-            target++;
-            q = ngx_min(p - 1, end);
-
-            while (target < q && (*target == ' ' || *target == '\t')) {
-                target++;
-            }
-
-            while (q > target && (q[-1] == ' ' || q[-1] == '\t')) {
-                q--;
-            }
-
-            len = q - target;
-
-            if (len != name->len || len == 0
-                || ngx_strncasecmp(target, name->data, len) != 0)
-            {
-                continue;
-            }
-
-            targeted = 1;
-        }
-
-        len = last - start;
-
-        if (len == sizeof("no-store") - 1
-            && ngx_strncasecmp(start, (u_char *) "no-store", len) == 0)
-        {
-            sc->no_store = 1;
-            continue;
-        }
-
-        v = ngx_strlchr(start, last, '=');
-        if (v == NULL) {
-            continue;
-        }
-
-        len = v - start;
-        v++;
-
-        if (len == sizeof("max-age") - 1
-            && ngx_strncasecmp(start, (u_char *) "max-age", len) == 0)
-        {
-            /* max-age=N[+M]: M is for stale content, N is ours */
-
-            q = ngx_strlchr(v, last, '+');
-            n = ngx_atotm(v, (q ? q : last) - v);
-
-            if (n == NGX_ERROR) {
-                continue;
-            }
-
-            if (targeted) {
-                sc->max_age_targeted = n;
-
-            } else {
-                sc->max_age = n;
-            }
-
-            continue;
-        }
-
-        if (len == sizeof("content") - 1
-            && ngx_strncasecmp(start, (u_char *) "content", len) == 0)
-        {
-            /* content="ESI/1.0 ESI-INLINE/1.0": a space-separated list */
-
-            if (v < last && *v == '"') {
-                v++;
-            }
-
-            if (last > v && last[-1] == '"') {
-                last--;
-            }
-
-            while (v < last) {
-                while (v < last && *v == ' ') {
-                    v++;
-                }
-
-                q = v;
-
-                while (q < last && *q != ' ') {
-                    q++;
-                }
-
-                if (q - v == sizeof("ESI/1.0") - 1
-                    && ngx_strncasecmp(v, (u_char *) "ESI/1.0", q - v) == 0)
-                {
-                    sc->esi = 1;
-                }
-
-                v = q;
-            }
-        }
-    }
 }

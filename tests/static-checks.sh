@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Static checks (tests/README.md, "Static checks"): cppcheck over the daemon,
 # the connector, include/ and the fuzz targets, then clang-tidy over the
-# daemon's sources with the top-level .clang-tidy.  Zero findings at the
-# documented level, or the check fails.
+# daemon's sources with the top-level .clang-tidy and the connector's with
+# nginx-connector/.clang-tidy.  Zero findings at the documented level, or
+# the check fails.
 #
 #   tests/static-checks.sh [BUILD_DIR]
 #
 # BUILD_DIR (default build/) is a configured and built tree of this project:
-# clang-tidy reads its compile_commands.json, cppcheck reads the NGINX tree
-# the connector was configured in (BUILD_DIR/nginx-connector/nginx) for
-# NGINX's headers.  A tree that is not built yet is built first.  Ends with
+# clang-tidy reads its compile_commands.json, cppcheck and clang-tidy read
+# the NGINX tree the connector was configured in
+# (BUILD_DIR/nginx-connector/nginx) for NGINX's headers and flags.  A tree that is not built yet is built first.  Ends with
 # "static-checks: N passed, N failed" (one entry per tool).
 set -uo pipefail
 
@@ -88,9 +89,10 @@ cppcheck "${cppcheck_common[@]}" --std=c99 --language=c \
 c=$?
 result $((cxx | c)) cppcheck
 
-# clang-tidy: .clang-tidy's checks over every daemon source and the
-# connector's esi_wire.c and esi_inflate.c as the build compiles them; the
-# tests are not checked (gtest's macros are a world of their own).
+# clang-tidy: .clang-tidy's checks over every daemon source as the build
+# compiles them, and nginx-connector/.clang-tidy's over every connector
+# source as NGINX compiles them; the tests are not checked (gtest's macros
+# are a world of their own).
 # A unity build's compile_commands.json names no source of ours: nothing
 # would be checked.
 if ! grep -q "\"file\": \"$root/daemon/engine/stream.cc\"" "$build/compile_commands.json"; then
@@ -99,11 +101,32 @@ if ! grep -q "\"file\": \"$root/daemon/engine/stream.cc\"" "$build/compile_comma
     echo "static-checks: $passed passed, $((failed + 1)) failed"
     exit 1
 fi
+tidy_quiet() {
+    sed -e 's/\x1b\[[0-9;]*m//g' \
+        -e '/^clang-tidy[-0-9]* /d' -e '/^[0-9]* warnings* generated\.$/d'
+}
 run-clang-tidy -quiet -j "$jobs" -p "$build" \
-    "^$root/(daemon/(?!.*-test\\.cc\$).*\\.cc|nginx-connector/esi_(wire|inflate)\\.c)\$" \
-    2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' \
-               -e '/^clang-tidy[-0-9]* /d' -e '/^[0-9]* warnings* generated\.$/d'
+    "^$root/daemon/(?!.*-test\\.cc\$).*\\.cc\$" 2>&1 | tidy_quiet
 tidy=${PIPESTATUS[0]}
+
+# The connector is compiled by NGINX's make, which CMake's
+# compile_commands.json does not see: one of its own, every .c with the
+# flags and include paths of the configured tree's objs/Makefile.
+tidy_db=$(mktemp -d)
+trap 'rm -rf "$tidy_db"' EXIT
+ngx_flags=$(printf 'include objs/Makefile\nesi-flags:\n\t@echo $(CFLAGS) $(ALL_INCS)\n' |
+            make -s -C "$ngx" -f - esi-flags)
+python3 - "$ngx" "$ngx_flags" "$tidy_db/compile_commands.json" \
+    "$root"/nginx-connector/*.c <<'PY'
+import json, shlex, sys
+ngx, flags, out, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+json.dump([{"directory": ngx, "file": f,
+            "arguments": ["cc", "-c"] + shlex.split(flags) + [f]}
+           for f in files], open(out, "w"), indent=1)
+PY
+run-clang-tidy -quiet -j "$jobs" -p "$tidy_db" \
+    "^$root/nginx-connector/[^/]*\\.c\$" 2>&1 | tidy_quiet
+tidy=$((tidy | PIPESTATUS[0]))
 result "$tidy" clang-tidy
 
 echo "static-checks: $passed passed, $failed failed"
