@@ -77,6 +77,9 @@ ESID_LISTENING = re.compile(r"\besid \S+ listening on ")
 
 # Lines of esid's stderr shown when it did not exit cleanly.
 ESID_STDERR_TAIL = 20
+# The names spawn() gives esid: "esid-N", "esid-activated-N" and the like,
+# and a fleet node's "NODE-esid-N".
+ESID_PROCESS = re.compile(r"(?:[^-]+-)?esid")
 
 # A crashed or misbehaving worker shows up as one of these in error.log.
 CRASH_RE = re.compile(
@@ -345,11 +348,11 @@ class EsiTestCase(unittest.TestCase):
         # SIGQUIT, its workers SIGTERM) before the hang guard.
         for proc in self.processes:
             if proc.sigkilled_by_stop and not proc.killed_by_test \
-                    and not proc.name.startswith("esid"):
+                    and not ESID_PROCESS.match(proc.name):
                 problems.append("%s (pid %d) %s" % (
                     proc.name, proc.pid, proc.unclean_exit()))
         for proc in self.processes:
-            why = proc.unclean_exit() if proc.name.startswith("esid") \
+            why = proc.unclean_exit() if ESID_PROCESS.match(proc.name) \
                 else None
             if why:
                 tail = proc.stderr().splitlines()[-ESID_STDERR_TAIL:]
