@@ -692,7 +692,6 @@ TEST(ExprExpression, WordOperatorsNeedWhitespaceAndLowercase) {
                    "has 'b'", "'a' contains 'b'"});
 }
 
-#ifdef ESI_HAVE_RE2
 
 TEST(ExprExpression, MatchesSearchesWithARegularExpression) {
   const RequestVariables v(
@@ -733,14 +732,6 @@ TEST(ExprExpression, CatastrophicPatternsRunInLinearTime) {
   }
   EXPECT_LT(cpuSecondsSince(start), 10);  // quadratic would take hours
 }
-
-#else
-
-TEST(ExprExpression, MatchesIsMalformedWithoutRE2) {
-  expectMalformed({"'a' matches 'a'", "'a' matches_i 'a'"});
-}
-
-#endif
 
 TEST(ExprExpression, CaseMattersInValuesButNotInLanguageTags) {
   const RequestVariables v(

@@ -9,9 +9,7 @@
 #include <span>
 #include <utility>
 
-#ifdef ESI_HAVE_RE2
 #include <re2/re2.h>
-#endif
 
 namespace esi {
 namespace {
@@ -67,11 +65,9 @@ bool containsText(std::string_view text, std::string_view part,
 }  // namespace
 
 struct Expression::Pattern {
-#ifdef ESI_HAVE_RE2
   explicit Pattern(std::string_view text, const RE2::Options& options)
       : regex(re2::StringPiece(text.data(), text.size()), options) {}
   RE2 regex;
-#endif
 };
 
 // --------------------------------------------------------------------------
@@ -357,7 +353,6 @@ class Expression::Compiler {
                       std::to_string(limits_.maxPatternBytes) + " bytes");
       return 0;
     }
-#ifdef ESI_HAVE_RE2
     RE2::Options options;
     options.set_log_errors(false);
     options.set_never_capture(true);
@@ -370,10 +365,6 @@ class Expression::Compiler {
     }
     out_.patterns_.push_back(std::move(pattern));
     return static_cast<uint32_t>(out_.patterns_.size() - 1);
-#else
-    fail(op.at, "matches needs RE2, which this build lacks");
-    return 0;
-#endif
   }
 
   const std::string_view text_;
@@ -455,12 +446,8 @@ bool Expression::compare(const Node& node, std::string_view left,
     case Comparison::HAS_I: return containsText(left, right, true);
     case Comparison::MATCHES:
     case Comparison::MATCHES_I:
-#ifdef ESI_HAVE_RE2
       return RE2::PartialMatch(re2::StringPiece(left.data(), left.size()),
                                patterns_[node.c]->regex);
-#else
-      return false;
-#endif
   }
   return false;
 }
