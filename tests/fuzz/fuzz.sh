@@ -58,11 +58,6 @@ trap 'rm -rf "$work"' EXIT
 cp -r "$here/corpus/$target" "$work/corpus"
 mkdir "$work/artifacts"
 
-# Reported findings do not stop the run (known-findings says which).
-ESI_FUZZ_TOLERATE=$(sed -e 's/#.*//' "$here/known-findings" |
-                    awk 'NF { print $1 }' | paste -sd, -)
-export ESI_FUZZ_TOLERATE
-
 "$build/$target" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$work/artifacts/" "$@" \
     "$work/corpus" >"$work/log" 2>&1
@@ -74,7 +69,6 @@ runs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' \
        "$work/log" | tail -n 1)
 done_runs=$(sed -n 's/^Done \([0-9]*\) runs in .*/\1/p' "$work/log" | tail -n 1)
 speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log")
-grep -h 'known finding' "$work/log" | sed "s/^/fuzz: $target: /"
 if [ "$rc" -eq 0 ] && [ "${runs:-0}" -eq 0 ] && [ "${done_runs:-0}" -eq 0 ]; then
     tail -n 60 "$work/log"
     echo "fuzz: $target: FAILED: libFuzzer executed no input" \
