@@ -12,20 +12,12 @@
 #include <stdexcept>
 #include <vector>
 
+#include "base/text.h"
 #include "http/metrics_endpoint.h"
 
 namespace esi {
 
 namespace {
-
-constexpr std::string_view kBlank = " \t\r";
-
-std::string_view trim(std::string_view s) {
-  const size_t first = s.find_first_not_of(kBlank);
-  if (first == std::string_view::npos) return {};
-  const size_t last = s.find_last_not_of(kBlank);
-  return s.substr(first, last - first + 1);
-}
 
 // The gid of the group that lookup (getgrnam_r or getgrgid_r: a reload may
 // run while esid's thread pool works) finds, with room for any member list.

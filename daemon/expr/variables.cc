@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <array>
 
+#include "base/text.h"
 #include "expr/syntax.h"
 
 namespace esi {
 namespace {
 
 using expr::equalsIgnoringCase;
-using expr::isSpace;
 using expr::lower;
 
 struct Spelling {
@@ -26,12 +26,6 @@ constexpr std::array<Spelling, 6> SPELLINGS = {{
     {Variable::HTTP_USER_AGENT, "HTTP_USER_AGENT", "User-Agent"},
     {Variable::QUERY_STRING, "QUERY_STRING", ""},
 }};
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && isSpace(text.front())) text.remove_prefix(1);
-  while (!text.empty() && isSpace(text.back())) text.remove_suffix(1);
-  return text;
-}
 
 // A single value past the limit is dropped whole: a cut one would be wrong.
 std::string_view whole(std::string_view input, size_t limit) {

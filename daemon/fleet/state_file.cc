@@ -12,19 +12,14 @@
 #include <system_error>
 #include <utility>
 
-#include "transport/private_dir.h"
+#include "base/text.h"
+#include "base/private_dir.h"
 
 namespace esi {
 
 namespace {
 
 constexpr std::string_view kBlank = " \t\r";
-
-std::string_view trim(std::string_view s) {
-  const size_t first = s.find_first_not_of(kBlank);
-  if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(kBlank) - first + 1);
-}
 
 // Names of one save() that are taken (a crashed run's, say) before one is free.
 constexpr int kTemporaryAttempts = 100;

@@ -21,7 +21,7 @@
 #include <string_view>
 
 #include "fleet/entry.h"
-#include "transport/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace esi {
 

@@ -34,7 +34,7 @@
 #include <sys/types.h>
 
 #include "esi/ring.h"
-#include "transport/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace esi {
 

@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "transport/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace esi {
 

@@ -23,7 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "esi.capnp.h"
-#include "transport/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace esi {
 namespace {

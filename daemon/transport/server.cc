@@ -17,7 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "esi.capnp.h"
-#include "transport/private_dir.h"
+#include "base/private_dir.h"
 #include "transport/worker_session.h"
 
 namespace esi {

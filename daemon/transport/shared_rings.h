@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "esi/ring.h"
-#include "transport/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace esi {
 

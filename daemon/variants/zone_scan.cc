@@ -8,7 +8,7 @@
 #include <system_error>
 
 #include "esi/cache_file.h"
-#include "transport/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace esi {
 

@@ -75,7 +75,7 @@
 #include "segments/segment_arena.h"
 #include "transport/fd_passing.h"
 #include "transport/shared_rings.h"
-#include "transport/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace {
 

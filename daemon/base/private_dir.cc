@@ -1,4 +1,4 @@
-#include "transport/private_dir.h"
+#include "base/private_dir.h"
 
 #include <grp.h>
 #include <pwd.h>
