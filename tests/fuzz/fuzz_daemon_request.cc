@@ -288,7 +288,7 @@ class Connection {
     return any;
   }
 
-  // Purged (ngx_http_esi_module.c): 16 bytes a file, a Text error.
+  // Purged (ngx_http_esi_purge.c): 16 bytes a file, a Text error.
   static void checkPurged(const esi_wire_struct_t& root) {
     esi_wire_struct_t purged;
     const uint8_t* files;
