@@ -1,11 +1,11 @@
 // The connector's C reader (nginx-connector/esi_wire.c) on any bytes, walked
 // the way the connector walks what esid sends (ngx_http_esi_daemon.c and the
 // files it hands answers to): a Welcome's fields, a Response's stream and
-// union, a Splice, its instruction list, each verbatim's fields, each
-// include's texts, each literal's bytes and the try markers' balance, a fail
-// reason, or a Purged answer's files and error.  Whatever the bytes, nothing is read outside the message (ASan, and the explicit
-// checks below), every Text is as long as strlen says, and the work a
-// message can cause is bounded by its size.
+// union, a Splice, its instruction list, each verbatim's fields, each include's
+// texts, each literal's bytes and the try markers' balance, a fail reason, or a
+// Purged answer's files and error.  Whatever the bytes, nothing is read outside
+// the message (ASan, and the explicit checks below), every Text is as long as
+// strlen says, and the work a message can cause is bounded by its size.
 //
 // Input: one ring record payload, copied to a buffer of exactly its size
 // (malloc'd, so 8-byte aligned as the ring guarantees).
