@@ -434,6 +434,7 @@ typedef struct {
     ngx_array_t               *from;        /* of ngx_cidr_t; NULL: all */
     ngx_shm_zone_t            *zone;
     ngx_str_t                  zone_name;   /* zone=NAME */
+    ngx_str_t                  zone_where;  /* "DIRECTIVE" in FILE:LINE */
     ngx_http_complex_value_t  *key;
     ngx_flag_t                 key_checked; /* against a cached response's */
     ngx_flag_t                 soft;        /* esi_cache_purge_soft */

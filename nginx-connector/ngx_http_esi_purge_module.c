@@ -27,7 +27,7 @@ static char *ngx_http_esi_purge_compat(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_http_complex_value_t *ngx_http_esi_purge_compile(ngx_conf_t *cf,
     ngx_str_t *value);
-static char *ngx_http_esi_purge_named(ngx_conf_t *cf,
+static char *ngx_http_esi_purge_named(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_esi_purge_loc_conf_t *plcf, ngx_str_t *name, ngx_str_t *key);
 static char *ngx_http_esi_purge_method(ngx_conf_t *cf,
     ngx_http_esi_purge_loc_conf_t *plcf, ngx_str_t *name);
@@ -597,7 +597,7 @@ ngx_http_esi_purge_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             return "needs \"zone=NAME\" and \"key=KEY\"";
         }
 
-        return ngx_http_esi_purge_named(cf, plcf, &name, &key);
+        return ngx_http_esi_purge_named(cf, cmd, plcf, &name, &key);
     }
 
     /* METHOD ... from all | ADDRESS|CIDR ... */
@@ -660,7 +660,7 @@ ngx_http_esi_purge_compat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         && ngx_strcmp(value[2].data, "from") != 0
         && ngx_strcmp(value[2].data, "purge_all") != 0)
     {
-        return ngx_http_esi_purge_named(cf, plcf, &value[1], &value[2]);
+        return ngx_http_esi_purge_named(cf, cmd, plcf, &value[1], &value[2]);
     }
 
     if (ngx_strcmp(value[1].data, "off") == 0) {
@@ -737,9 +737,11 @@ ngx_http_esi_purge_compile(ngx_conf_t *cf, ngx_str_t *value)
 /* the separate-location form: every request here purges KEY from ZONE */
 
 static char *
-ngx_http_esi_purge_named(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf,
-    ngx_str_t *name, ngx_str_t *key)
+ngx_http_esi_purge_named(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_http_esi_purge_loc_conf_t *plcf, ngx_str_t *name, ngx_str_t *key)
 {
+    u_char                           *p;
+    ngx_str_t                        *file;
     ngx_http_core_loc_conf_t         *clcf;
     ngx_http_esi_purge_loc_conf_t   **named;
     ngx_http_esi_purge_main_conf_t   *pmcf;
@@ -751,6 +753,21 @@ ngx_http_esi_purge_named(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf,
 
     plcf->purge = NGX_HTTP_ESI_PURGE_LOCATION;
     plcf->zone_name = *name;
+
+    /* the zone is looked for at the end: say then where it was named */
+
+    file = &cf->conf_file->file.name;
+
+    plcf->zone_where.data = ngx_pnalloc(cf->pool, cmd->name.len + file->len
+                                        + sizeof("\"\" in :") - 1
+                                        + NGX_INT_T_LEN);
+    if (plcf->zone_where.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    p = ngx_sprintf(plcf->zone_where.data, "\"%V\" in %V:%ui",
+                    &cmd->name, file, cf->conf_file->line);
+    plcf->zone_where.len = p - plcf->zone_where.data;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_esi_purge_handler;
@@ -1197,10 +1214,10 @@ ngx_http_esi_purge_named_zones(ngx_conf_t *cf,
 
         if (named[n]->zone == NULL) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "\"esi_cache_purge zone=%V\": no proxy_cache_path, "
-                          "fastcgi_cache_path, uwsgi_cache_path or "
-                          "scgi_cache_path declares that keys_zone",
-                          &named[n]->zone_name);
+                          "no proxy_cache_path, fastcgi_cache_path, "
+                          "uwsgi_cache_path or scgi_cache_path declares the "
+                          "keys_zone \"%V\" of %V",
+                          &named[n]->zone_name, &named[n]->zone_where);
             return NGX_ERROR;
         }
 

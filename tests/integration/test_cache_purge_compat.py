@@ -227,9 +227,9 @@ class ConfigurationTest(CompatTestCase):
                 # two words after the directive are ZONE KEY, as
                 # ngx_cache_purge reads them: a zone "off" nothing declares
                 ("proxy_cache_purge off now;",
-                 '"esi_cache_purge zone=off": no proxy_cache_path, '
-                 'fastcgi_cache_path, uwsgi_cache_path or scgi_cache_path '
-                 'declares that keys_zone')):
+                 'no proxy_cache_path, fastcgi_cache_path, uwsgi_cache_path '
+                 'or scgi_cache_path declares the keys_zone "off" of '
+                 '"proxy_cache_purge" in ')):
             code, out = self.nginx_t(bad)
             self.assertNotEqual(code, 0, bad)
             self.assertEqual(
