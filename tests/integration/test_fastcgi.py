@@ -369,7 +369,7 @@ class UnknownZoneTest(EsiTestCase):
         from test_limits import ConfigurationErrorTest
         code, out = ConfigurationErrorTest.nginx_t(self, "")
         self.assertNotEqual(code, 0)
-        self.assertRegex(out, r'\[emerg\] no proxy_cache_path, fastcgi_cache_path'
-                         r', uwsgi_cache_path or scgi_cache_path declares the '
-                         r'keys_zone "NOWHERE" of "esi_cache_purge" in '
-                         r'\S+nginx\.conf:\d+\n')
+        self.assertRegex(out, r'\[emerg\] no proxy_cache_path, '
+                         r'fastcgi_cache_path, uwsgi_cache_path or '
+                         r'scgi_cache_path declares the keys_zone "NOWHERE" '
+                         r'of "esi_cache_purge" in \S+nginx\.conf:\d+\n')
