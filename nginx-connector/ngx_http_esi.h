@@ -547,7 +547,43 @@ typedef struct {
 } ngx_http_esi_msg_t;
 
 
+typedef struct ngx_http_esi_daemon_s  ngx_http_esi_daemon_t;
+
+
+/* one of esid's answers, as ngx_http_esi_daemon.c hands it on */
+
 typedef struct {
+    uint32_t                   id;          /* Response.stream */
+    ngx_rbtree_node_t         *node;        /* id's in the handler's table */
+    esi_wire_struct_t         *root;
+    const uint8_t             *message;     /* as esid wrote it */
+    size_t                     len;
+} ngx_http_esi_answer_t;
+
+typedef ngx_int_t (*ngx_http_esi_answer_pt)(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_answer_t *a);
+typedef ngx_int_t (*ngx_http_esi_daemon_pt)(ngx_http_esi_daemon_t *d);
+
+
+/*
+ * What to do with an answer of one kind (Response.which), registered by
+ * the file it concerns, as HTTP/2's state table routes frames: "table" is
+ * where its id is looked up (NULL: the answer is esid's own, as an order
+ * relayed from esictl), "stale" what an id that left the table gets
+ * (NULL: nothing).
+ */
+
+typedef struct {
+    ngx_http_esi_answer_pt     handler;
+    ngx_rbtree_t              *table;
+    ngx_http_esi_answer_pt     stale;
+} ngx_http_esi_answer_handler_t;
+
+
+#define NGX_HTTP_ESI_ANSWERS  (ESI_WIRE_RESPONSE_FORGET_WHICH + 1)
+
+
+struct ngx_http_esi_daemon_s {
     ngx_http_esi_main_conf_t  *conf;
     ngx_http_esi_purge_main_conf_t *purge;  /* its zones and timeout */
     ngx_log_t                 *log;
@@ -600,17 +636,22 @@ typedef struct {
     ngx_event_t                replay_timer;
 
     unsigned                   lost_reports:1;  /* since the last announce */
-} ngx_http_esi_daemon_t;
+
+    /* set by the files that register with the connection */
+    ngx_http_esi_answer_handler_t  answers[NGX_HTTP_ESI_ANSWERS];
+    ngx_http_esi_daemon_pt     attached;    /* the connection is up */
+    ngx_http_esi_daemon_pt     writable;    /* the ring has room: NGX_AGAIN
+                                               while it lacks more */
+    ngx_http_esi_daemon_pt     closed;      /* the connection is gone */
+    ngx_http_esi_daemon_pt     lost[2];     /* ... and what waited for an
+                                               answer fails */
+    ngx_uint_t                 nlost;
+};
 
 
 extern ngx_module_t           ngx_http_esi_module;
 extern ngx_module_t           ngx_http_esi_purge_module;
 extern ngx_http_esi_daemon_t  ngx_http_esi_daemon;
-
-
-/* ngx_http_esi_module.c */
-ngx_uint_t ngx_http_esi_module_stitches(ngx_http_request_t *r,
-    ngx_http_esi_loc_conf_t *elcf);
 
 
 /* ngx_http_esi_daemon.c */
@@ -635,17 +676,13 @@ ngx_int_t ngx_http_esi_daemon_send_short(ngx_http_esi_daemon_t *d, uint32_t id,
 
 
 /* ngx_http_esi_stream.c */
-ngx_int_t ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d,
-    ngx_http_esi_ctx_t *ctx);
-ngx_http_esi_ctx_t *ngx_http_esi_stream_lookup(ngx_http_esi_daemon_t *d,
-    uint32_t id);
-ngx_rbtree_node_t *ngx_http_esi_stream_find(ngx_rbtree_t *tree, uint32_t id);
+ngx_int_t ngx_http_esi_stream_register(ngx_http_esi_daemon_t *d,
+    ngx_cycle_t *cycle);
 void ngx_http_esi_stream_unlink(ngx_http_esi_ctx_t *ctx);
 void ngx_http_esi_stream_fail(ngx_http_esi_ctx_t *ctx);
 void ngx_http_esi_stream_forget(ngx_http_esi_ctx_t *ctx);
 void ngx_http_esi_stream_schedule(ngx_http_esi_ctx_t *ctx);
 void ngx_http_esi_stream_timer(ngx_http_esi_ctx_t *ctx, ngx_uint_t reset);
-void ngx_http_esi_stream_wake_handler(ngx_event_t *ev);
 ngx_int_t ngx_http_esi_stream_open(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
 
@@ -671,7 +708,8 @@ ngx_int_t ngx_http_esi_filter_init(ngx_conf_t *cf);
 
 
 /* ngx_http_esi_splice.c */
-ngx_int_t ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root);
+ngx_int_t ngx_http_esi_splice_register(ngx_http_esi_daemon_t *d,
+    ngx_cycle_t *cycle);
 ngx_int_t ngx_http_esi_splice_include(ngx_http_request_t *r,
     esi_wire_struct_t *inc, ngx_http_esi_insn_t *insn);
 ngx_int_t ngx_http_esi_splice_try_insn(ngx_http_esi_ctx_t *ctx,
@@ -701,25 +739,23 @@ ngx_int_t ngx_http_esi_include_access(ngx_http_request_t *r);
 
 
 /* ngx_http_esi_plan.c */
+ngx_int_t ngx_http_esi_plan_register(ngx_http_esi_daemon_t *d,
+    ngx_cycle_t *cycle);
 ngx_int_t ngx_http_esi_plan(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root,
     const uint8_t *message, size_t len);
-ngx_int_t ngx_http_esi_plan_unused(ngx_http_esi_daemon_t *d,
-    esi_wire_struct_t *root);
 ngx_int_t ngx_http_esi_plan_run(ngx_http_esi_ctx_t *ctx);
 
 
 /* ngx_http_esi_replay.c */
+ngx_int_t ngx_http_esi_replay_register(ngx_http_esi_daemon_t *d,
+    ngx_cycle_t *cycle);
 void ngx_http_esi_replay_identify(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_loc_conf_t *elcf);
 ngx_http_esi_plain_t *ngx_http_esi_replay_plain(ngx_http_esi_ctx_t *ctx);
-ngx_int_t ngx_http_esi_replay_forget_objects(ngx_http_esi_daemon_t *d,
-    esi_wire_struct_t *root);
 ngx_int_t ngx_http_esi_replay(ngx_http_esi_ctx_t *ctx);
 void ngx_http_esi_replay_keep(ngx_http_esi_ctx_t *ctx, const uint8_t *message,
     size_t len, uint32_t pin);
 void ngx_http_esi_replay_forget(ngx_http_esi_ctx_t *ctx);
-void ngx_http_esi_replay_flush(ngx_http_esi_daemon_t *d, ngx_uint_t all);
-void ngx_http_esi_replay_timer_handler(ngx_event_t *ev);
 
 
 #if (NGX_ZLIB)
@@ -739,17 +775,14 @@ ngx_int_t ngx_http_esi_surrogate_control(ngx_http_request_t *r,
 
 
 /* ngx_http_esi_purge.c */
-ngx_int_t ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p,
-    esi_wire_struct_t *root);
+ngx_int_t ngx_http_esi_purge_register(ngx_http_esi_daemon_t *d,
+    ngx_cycle_t *cycle);
 ngx_int_t ngx_http_esi_purge_handler(ngx_http_request_t *r);
-ngx_int_t ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
-    esi_wire_struct_t *root);
-void ngx_http_esi_purge_done(ngx_http_esi_purge_t *p, ngx_uint_t status,
-    const char *error);
 
 
 /* ngx_http_esi_purge_index.c */
-ngx_int_t ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d);
+ngx_int_t ngx_http_esi_purge_index_register(ngx_http_esi_daemon_t *d,
+    ngx_cycle_t *cycle);
 void ngx_http_esi_purge_index_report(ngx_http_request_t *r,
     ngx_http_esi_purge_main_conf_t *pmcf);
 ngx_uint_t ngx_http_esi_purge_index_tag_header(
@@ -758,6 +791,26 @@ ngx_uint_t ngx_http_esi_purge_index_tag_header(
 
 /* ngx_http_esi_layout.c */
 ngx_int_t ngx_http_esi_layout_check(ngx_conf_t *cf);
+
+
+/*
+ * Whether r's response is stitched for gzip clients: esi_stitch on, or by
+ * default wherever plans are kept and the gzip filter would compress it.
+ */
+
+static ngx_inline ngx_uint_t
+ngx_http_esi_stitches(ngx_http_request_t *r, ngx_http_esi_loc_conf_t *elcf)
+{
+    if (elcf->stitch != NGX_HTTP_ESI_STITCH_GZIP) {
+        return elcf->stitch;
+    }
+
+#if (NGX_ZLIB && NGX_HTTP_GZIP)
+    return elcf->plan != NULL && ngx_http_esi_stitch_gzip_on(r);
+#else
+    return 0;
+#endif
+}
 
 
 #endif /* _NGX_HTTP_ESI_H_INCLUDED_ */

@@ -32,6 +32,8 @@ static void ngx_http_esi_close(ngx_http_esi_daemon_t *d);
 static void ngx_http_esi_notify_handler(ngx_event_t *rev);
 static ngx_int_t ngx_http_esi_response(ngx_http_esi_daemon_t *d,
     const uint8_t *p, uint32_t len);
+static ngx_rbtree_node_t *ngx_http_esi_daemon_find(ngx_rbtree_t *tree,
+    uint32_t id);
 static ngx_int_t ngx_http_esi_flush_posted(ngx_http_esi_daemon_t *d);
 static void ngx_http_esi_daemon_kick_handler(ngx_event_t *ev);
 static void ngx_http_esi_daemon_report_handler(ngx_event_t *ev);
@@ -68,38 +70,18 @@ ngx_http_esi_daemon_init_process(ngx_cycle_t *cycle)
 
     d = &ngx_http_esi_daemon;
 
-    d->plain = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_PLAIN_OBJECTS
-                                        * sizeof(ngx_http_esi_plain_t));
-    if (d->plain == NULL) {
-        return NGX_ERROR;
-    }
-
-    d->replays = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_REPLAYS
-                                          * sizeof(ngx_http_esi_replay_t));
-    if (d->replays == NULL) {
-        return NGX_ERROR;
-    }
-
     d->conf = emcf;
     d->purge = hctx->main_conf[ngx_http_esi_purge_module.ctx_index];
     d->log = cycle->log;
     d->daemon_fd = -1;
     d->backoff = NGX_HTTP_ESI_BACKOFF_MIN;
 
-    ngx_rbtree_init(&d->streams, &d->sentinel, ngx_rbtree_insert_value);
-    ngx_queue_init(&d->tx_wait);
-    ngx_queue_init(&d->wake);
     ngx_queue_init(&d->posted);
-    ngx_rbtree_init(&d->purges, &d->purge_sentinel, ngx_rbtree_insert_value);
 
     d->reconnect.handler = ngx_http_esi_reconnect_handler;
     d->reconnect.log = cycle->log;
     d->reconnect.data = d;
     d->reconnect.cancelable = 1;
-
-    d->wake_event.handler = ngx_http_esi_stream_wake_handler;
-    d->wake_event.log = cycle->log;
-    d->wake_event.data = d;
 
     d->kick_event.handler = ngx_http_esi_daemon_kick_handler;
     d->kick_event.log = cycle->log;
@@ -109,13 +91,6 @@ ngx_http_esi_daemon_init_process(ngx_cycle_t *cycle)
     d->report_timer.log = cycle->log;
     d->report_timer.data = d;
     d->report_timer.cancelable = 1;
-
-    d->replay_timer.handler = ngx_http_esi_replay_timer_handler;
-    d->replay_timer.log = cycle->log;
-    d->replay_timer.data = d;
-    d->replay_timer.cancelable = 1;
-
-    ngx_http_esi_daemon_connect(d);
 
     return NGX_OK;
 }
@@ -136,10 +111,6 @@ ngx_http_esi_daemon_exit_process(ngx_cycle_t *cycle)
 
     if (d->reconnect.timer_set) {
         ngx_del_timer(&d->reconnect);
-    }
-
-    if (d->replay_timer.timer_set) {
-        ngx_del_timer(&d->replay_timer);
     }
 
     if (d->report_timer.timer_set) {
@@ -849,7 +820,7 @@ ngx_http_esi_attach(ngx_http_esi_daemon_t *d)
                   "esi: attached to esid pid %uD, ring %uD bytes",
                   pid, ring_size);
 
-    if (ngx_http_esi_purge_index_announce(d) != NGX_OK) {
+    if (d->attached && d->attached(d) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -973,8 +944,7 @@ void
 ngx_http_esi_daemon_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
     const char *reason)
 {
-    ngx_rbtree_node_t   *node;
-    ngx_http_esi_ctx_t  *ctx;
+    ngx_uint_t  i;
 
     if (reason) {
         ngx_log_error(level, d->log, 0, "%s, esi streams fall back", reason);
@@ -982,20 +952,8 @@ ngx_http_esi_daemon_drop(ngx_http_esi_daemon_t *d, ngx_uint_t level,
 
     ngx_http_esi_close(d);
 
-    while (d->streams.root != d->streams.sentinel) {
-        node = ngx_rbtree_min(d->streams.root, d->streams.sentinel);
-        ctx = (ngx_http_esi_ctx_t *) node;
-
-        ngx_http_esi_stream_unlink(ctx);
-        ngx_http_esi_stream_fail(ctx);
-    }
-
-    while (d->purges.root != d->purges.sentinel) {
-        node = ngx_rbtree_min(d->purges.root, d->purges.sentinel);
-
-        ngx_http_esi_purge_done((ngx_http_esi_purge_t *) node,
-                                NGX_HTTP_SERVICE_UNAVAILABLE,
-                                "the connection to esid was lost");
+    for (i = 0; i < d->nlost; i++) {
+        (void) d->lost[i](d);
     }
 
     if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
@@ -1040,7 +998,9 @@ ngx_http_esi_close(ngx_http_esi_daemon_t *d)
         d->shm = NULL;
     }
 
-    ngx_http_esi_replay_flush(d, 1);
+    if (d->closed) {
+        (void) d->closed(d);
+    }
 
     if (d->report_timer.timer_set) {
         ngx_del_timer(&d->report_timer);
@@ -1140,14 +1100,11 @@ static ngx_int_t
 ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
     uint32_t len)
 {
-    size_t               n;
-    uint16_t             which;
-    uint32_t             id;
-    const char          *reason;
-    esi_wire_msg_t       msg;
-    esi_wire_struct_t    root;
-    ngx_rbtree_node_t   *node;
-    ngx_http_esi_ctx_t  *ctx;
+    uint16_t                        which;
+    esi_wire_msg_t                  msg;
+    esi_wire_struct_t               root;
+    ngx_http_esi_answer_t           a;
+    ngx_http_esi_answer_handler_t  *h;
 
     if (esi_wire_open(&msg, p, len, &root) != 0) {
         ngx_log_error(NGX_LOG_ERR, d->log, 0,
@@ -1155,90 +1112,79 @@ ngx_http_esi_response(ngx_http_esi_daemon_t *d, const uint8_t *p,
         return NGX_ERROR;
     }
 
-    id = esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET);
     which = esi_wire_u16(&root, ESI_WIRE_RESPONSE_WHICH_OFFSET);
 
-    if (which == ESI_WIRE_RESPONSE_PURGE_ORDER_WHICH) {
-        return ngx_http_esi_purge_order(d, id, &root);
-    }
-
-    if (which == ESI_WIRE_RESPONSE_FORGET_WHICH) {
-        return ngx_http_esi_replay_forget_objects(d, &root);
-    }
-
-    ctx = ngx_http_esi_stream_lookup(d, id);
-
-    if (ctx == NULL) {
-        node = ngx_http_esi_stream_find(&d->purges, id);
-
-        if (node) {
-            if (which != ESI_WIRE_RESPONSE_PURGED_WHICH) {
-                ngx_log_error(NGX_LOG_ERR, d->log, 0,
-                              "esi: response %ud from esid to purge %uD",
-                              which, id);
-                return NGX_ERROR;
-            }
-
-            return ngx_http_esi_purge_answer((ngx_http_esi_purge_t *) node,
-                                             &root);
-        }
-
-        if (id == 0 || id >= d->next_id) {
-            ngx_log_error(NGX_LOG_ERR, d->log, 0,
-                          "esi: response for stream %uD never opened", id);
-            return NGX_ERROR;
-        }
-
-        /* a stream we cancelled or failed, a purge that is over */
-
-        if (which == ESI_WIRE_RESPONSE_PLAN_WHICH) {
-            return ngx_http_esi_plan_unused(d, &root);
-        }
-
-        return NGX_OK;
-    }
-
-    switch (which) {
-
-    case ESI_WIRE_RESPONSE_SPLICE_WHICH:
-        return ngx_http_esi_splice(ctx, &root);
-
-    case ESI_WIRE_RESPONSE_PLAN_WHICH:
-        return ngx_http_esi_plan(ctx, &root, p, len);
-
-    case ESI_WIRE_RESPONSE_FAIL_WHICH:
-        if (esi_wire_get_text(&root, ESI_WIRE_RESPONSE_FAIL_PTR, &reason, &n)
-            != 0)
-        {
-            ngx_log_error(NGX_LOG_ERR, d->log, 0,
-                          "esi: malformed failure from esid");
-            return NGX_ERROR;
-        }
-
-        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
-                      "esi: esid failed the stream: \"%*s\"",
-                      ngx_min(n, 256), (u_char *) reason);
-
-        ngx_http_esi_stream_unlink(ctx);
-        ngx_http_esi_stream_fail(ctx);
-        return NGX_OK;
-
-    default:
+    if (which >= NGX_HTTP_ESI_ANSWERS || d->answers[which].handler == NULL) {
         ngx_log_error(NGX_LOG_ERR, d->log, 0,
                       "esi: unknown response %ud from esid", which);
         return NGX_ERROR;
     }
+
+    h = &d->answers[which];
+
+    a.id = esi_wire_u32(&root, ESI_WIRE_RESPONSE_STREAM_OFFSET);
+    a.node = NULL;
+    a.root = &root;
+    a.message = p;
+    a.len = len;
+
+    if (h->table == NULL) {
+        return h->handler(d, &a);
+    }
+
+    a.node = ngx_http_esi_daemon_find(h->table, a.id);
+
+    if (a.node) {
+        return h->handler(d, &a);
+    }
+
+    if (a.id == 0 || a.id >= d->next_id) {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: response for stream %uD never opened", a.id);
+        return NGX_ERROR;
+    }
+
+    /* a stream we cancelled or failed, a purge that is over */
+
+    return h->stale ? h->stale(d, &a) : NGX_OK;
+}
+
+
+/* streams and purges share one id space, in tables of their own */
+
+static ngx_rbtree_node_t *
+ngx_http_esi_daemon_find(ngx_rbtree_t *tree, uint32_t id)
+{
+    ngx_rbtree_node_t  *node, *sentinel;
+
+    node = tree->root;
+    sentinel = tree->sentinel;
+
+    while (node != sentinel) {
+
+        if (id < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (id > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        return node;
+    }
+
+    return NULL;
 }
 
 
 void
 ngx_http_esi_daemon_flush(ngx_http_esi_daemon_t *d)
 {
-    uint32_t            *id;
-    ngx_int_t            rc;
-    ngx_uint_t           i;
-    ngx_queue_t         *q;
-    ngx_http_esi_ctx_t  *ctx;
+    uint32_t    *id;
+    ngx_int_t    rc;
+    ngx_uint_t   i;
 
     if (d->state != NGX_HTTP_ESI_READY) {
         return;
@@ -1271,28 +1217,7 @@ ngx_http_esi_daemon_flush(ngx_http_esi_daemon_t *d)
         }
 
         d->cancels->nelts = 0;
-        rc = NGX_OK;
-
-        while (!ngx_queue_empty(&d->tx_wait)) {
-            q = ngx_queue_head(&d->tx_wait);
-            ctx = ngx_queue_data(q, ngx_http_esi_ctx_t, tx_link);
-
-            rc = ngx_http_esi_stream_send(d, ctx);
-
-            if (rc == NGX_AGAIN) {
-                break;
-            }
-
-            ngx_queue_remove(q);
-            ctx->tx_queued = 0;
-
-            if (rc == NGX_OK) {
-                ngx_http_esi_stream_timer(ctx, 1);
-
-            } else {
-                ngx_http_esi_stream_fail(ctx);
-            }
-        }
+        rc = d->writable ? d->writable(d) : NGX_OK;
 
     wait:
 

@@ -195,7 +195,7 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
 
     /* before the open: it tells esid whether the plan may name segments */
 
-    if (r == r->main && ngx_http_esi_module_stitches(r, elcf)) {
+    if (r == r->main && ngx_http_esi_stitches(r, elcf)) {
         rc = ngx_http_esi_stitch_start(r, elcf->stitch_level);
 
         if (rc == NGX_ERROR) {

@@ -12,6 +12,7 @@
 static ngx_int_t ngx_http_esi_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_esi_preconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_esi_init_process(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_esi_add_variables(ngx_conf_t *cf);
 static void *ngx_http_esi_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_esi_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -244,13 +245,50 @@ ngx_module_t  ngx_http_esi_module = {
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     NULL,                                  /* init module */
-    ngx_http_esi_daemon_init_process,             /* init process */
+    ngx_http_esi_init_process,             /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    ngx_http_esi_daemon_exit_process,             /* exit process */
+    ngx_http_esi_daemon_exit_process,      /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+/*
+ * The worker's connection to esid, and the files that take its answers:
+ * ngx_http_esi_daemon.c hands each answer to the handler its kind has
+ * registered, and knows nothing of streams, plans or purges itself.
+ */
+
+static ngx_int_t
+ngx_http_esi_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_esi_daemon_t  *d;
+
+    if (ngx_http_esi_daemon_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    d = &ngx_http_esi_daemon;
+
+    if (d->conf == NULL) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_esi_stream_register(d, cycle) != NGX_OK
+        || ngx_http_esi_splice_register(d, cycle) != NGX_OK
+        || ngx_http_esi_plan_register(d, cycle) != NGX_OK
+        || ngx_http_esi_replay_register(d, cycle) != NGX_OK
+        || ngx_http_esi_purge_register(d, cycle) != NGX_OK
+        || ngx_http_esi_purge_index_register(d, cycle) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_esi_daemon_connect(d);
+
+    return NGX_OK;
+}
 
 
 /* the per-worker connection to esid */
@@ -739,27 +777,6 @@ ngx_http_esi_cookies_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
-}
-
-
-/*
- * Whether r's response is stitched for gzip clients: esi_stitch on, or by
- * default wherever plans are kept and the gzip filter would compress it.
- */
-
-ngx_uint_t
-ngx_http_esi_module_stitches(ngx_http_request_t *r,
-    ngx_http_esi_loc_conf_t *elcf)
-{
-    if (elcf->stitch != NGX_HTTP_ESI_STITCH_GZIP) {
-        return elcf->stitch;
-    }
-
-#if (NGX_ZLIB && NGX_HTTP_GZIP)
-    return elcf->plan != NULL && ngx_http_esi_stitch_gzip_on(r);
-#else
-    return 0;
-#endif
 }
 
 

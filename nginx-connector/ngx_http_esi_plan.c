@@ -24,6 +24,37 @@ static ngx_int_t ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at,
     const char *why);
 static ngx_uint_t ngx_http_esi_held_equal(ngx_http_esi_ctx_t *ctx, off_t offset,
     u_char *bytes, size_t len);
+static ngx_int_t ngx_http_esi_plan_answer(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_answer_t *a);
+static ngx_int_t ngx_http_esi_plan_unused(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_answer_t *a);
+
+
+/*
+ * Plans come for streams; one for a stream that is gone (cancelled,
+ * failed) holds a pin all the same, released unused.
+ */
+
+ngx_int_t
+ngx_http_esi_plan_register(ngx_http_esi_daemon_t *d, ngx_cycle_t *cycle)
+{
+    ngx_http_esi_answer_handler_t  *h;
+
+    h = &d->answers[ESI_WIRE_RESPONSE_PLAN_WHICH];
+    h->handler = ngx_http_esi_plan_answer;
+    h->table = &d->streams;
+    h->stale = ngx_http_esi_plan_unused;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_plan_answer(ngx_http_esi_daemon_t *d, ngx_http_esi_answer_t *a)
+{
+    return ngx_http_esi_plan((ngx_http_esi_ctx_t *) a->node, a->root,
+                             a->message, a->len);
+}
 
 
 /*
@@ -440,13 +471,14 @@ ngx_http_esi_plan_segment(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *step,
 
 /* a plan for a stream that is gone: its pin goes at once */
 
-ngx_int_t
-ngx_http_esi_plan_unused(ngx_http_esi_daemon_t *d, esi_wire_struct_t *root)
+static ngx_int_t
+ngx_http_esi_plan_unused(ngx_http_esi_daemon_t *d, ngx_http_esi_answer_t *a)
 {
     uint32_t           pin;
     esi_wire_struct_t  plan;
 
-    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PLAN_PTR, &plan) != 0) {
+    if (esi_wire_get_struct(a->root, ESI_WIRE_RESPONSE_PLAN_PTR, &plan) != 0)
+    {
         ngx_log_error(NGX_LOG_ERR, d->log, 0,
                       "esi: malformed plan from esid");
         return NGX_ERROR;

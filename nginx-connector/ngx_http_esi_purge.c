@@ -38,6 +38,13 @@ static ngx_uint_t ngx_http_esi_purge_stale(ngx_http_esi_purge_t *p,
 static ngx_http_file_cache_node_t *ngx_http_esi_cache_lookup(
      ngx_http_file_cache_t *cache, const u_char *key);
 static void ngx_http_esi_purge_timeout_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_esi_purge_answer(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_answer_t *a);
+static ngx_int_t ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_answer_t *a);
+static ngx_int_t ngx_http_esi_purge_lost(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_purge_done(ngx_http_esi_purge_t *p,
+    ngx_uint_t status, const char *error);
 static void ngx_http_esi_purge_finish_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_esi_purge_respond(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p);
@@ -83,21 +90,60 @@ static ngx_str_t  ngx_http_esi_purge_kinds[] = {
 };
 
 
-/* an answer to a purge: mark and unlink the files it names */
+/* the purges waiting for esid, and what its answers do to them */
 
 ngx_int_t
-ngx_http_esi_purge_answer(ngx_http_esi_purge_t *p, esi_wire_struct_t *root)
+ngx_http_esi_purge_register(ngx_http_esi_daemon_t *d, ngx_cycle_t *cycle)
+{
+    ngx_http_esi_answer_handler_t  *h;
+
+    ngx_rbtree_init(&d->purges, &d->purge_sentinel, ngx_rbtree_insert_value);
+
+    h = &d->answers[ESI_WIRE_RESPONSE_PURGED_WHICH];
+    h->handler = ngx_http_esi_purge_answer;
+    h->table = &d->purges;
+
+    d->answers[ESI_WIRE_RESPONSE_PURGE_ORDER_WHICH].handler =
+                                                ngx_http_esi_purge_order;
+    d->lost[d->nlost++] = ngx_http_esi_purge_lost;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_purge_lost(ngx_http_esi_daemon_t *d)
+{
+    ngx_rbtree_node_t  *node;
+
+    while (d->purges.root != d->purges.sentinel) {
+        node = ngx_rbtree_min(d->purges.root, d->purges.sentinel);
+
+        ngx_http_esi_purge_done((ngx_http_esi_purge_t *) node,
+                                NGX_HTTP_SERVICE_UNAVAILABLE,
+                                "the connection to esid was lost");
+    }
+
+    return NGX_OK;
+}
+
+
+/* an answer to a purge: mark and unlink the files it names */
+
+static ngx_int_t
+ngx_http_esi_purge_answer(ngx_http_esi_daemon_t *d, ngx_http_esi_answer_t *a)
 {
     size_t                  n, len, fleet_len;
     ngx_uint_t              i;
     const char             *error, *fleet;
     const uint8_t          *files;
     esi_wire_struct_t       purged;
-    ngx_http_esi_daemon_t  *d;
+    ngx_http_esi_purge_t   *p;
 
-    d = &ngx_http_esi_daemon;
+    p = (ngx_http_esi_purge_t *) a->node;
 
-    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PURGED_PTR, &purged) != 0
+    if (esi_wire_get_struct(a->root, ESI_WIRE_RESPONSE_PURGED_PTR, &purged)
+        != 0
         || esi_wire_get_data(&purged, ESI_WIRE_PURGED_FILES_PTR, &files, &len)
            != 0
         || len % NGX_HTTP_CACHE_KEY_LEN != 0
@@ -360,12 +406,12 @@ ngx_http_esi_purge_init(ngx_http_esi_purge_t *p, ngx_shm_zone_t *zone)
  * with an error.
  */
 
-ngx_int_t
-ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
-    esi_wire_struct_t *root)
+static ngx_int_t
+ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, ngx_http_esi_answer_t *a)
 {
     size_t                 n;
     uint16_t               which;
+    uint32_t               order;
     ngx_str_t              zone, *tag;
     unsigned               ptr;
     ngx_uint_t             i;
@@ -375,7 +421,9 @@ ngx_http_esi_purge_order(ngx_http_esi_daemon_t *d, uint32_t order,
     esi_wire_struct_t      purge;
     ngx_http_esi_purge_t  *p;
 
-    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_PURGE_ORDER_PTR, &purge)
+    order = a->id;
+
+    if (esi_wire_get_struct(a->root, ESI_WIRE_RESPONSE_PURGE_ORDER_PTR, &purge)
         != 0
         || esi_wire_get_text(&purge, ESI_WIRE_PURGE_ZONE_PTR, &text, &n) != 0)
     {
@@ -1008,7 +1056,7 @@ ngx_http_esi_cache_lookup(ngx_http_file_cache_t *cache, const u_char *key)
 
 /* the answer goes out from a posted event, never from inside the caller */
 
-void
+static void
 ngx_http_esi_purge_done(ngx_http_esi_purge_t *p, ngx_uint_t status,
     const char *error)
 {

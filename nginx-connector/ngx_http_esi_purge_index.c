@@ -16,6 +16,17 @@ static void ngx_http_esi_purge_index_object(ngx_http_request_t *r,
 static ngx_int_t ngx_http_esi_purge_index_file(ngx_http_request_t *r,
     ngx_pool_t *pool, ngx_str_t *zone, ngx_str_t *key, u_char *file,
     ngx_str_t *tags);
+static ngx_int_t ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d);
+
+
+ngx_int_t
+ngx_http_esi_purge_index_register(ngx_http_esi_daemon_t *d,
+    ngx_cycle_t *cycle)
+{
+    d->attached = ngx_http_esi_purge_index_announce;
+
+    return NGX_OK;
+}
 
 
 /*
@@ -24,7 +35,7 @@ static ngx_int_t ngx_http_esi_purge_index_file(ngx_http_request_t *r,
  * connecting.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d)
 {
     size_t                   need;

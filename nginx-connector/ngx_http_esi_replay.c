@@ -22,6 +22,42 @@ static ngx_uint_t ngx_http_esi_replay_matches(ngx_http_esi_ctx_t *ctx,
 static void ngx_http_esi_replay_release(ngx_http_esi_daemon_t *d,
     ngx_http_esi_replay_t *e);
 static void ngx_http_esi_replay_report(ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_replay_forget_objects(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_answer_t *a);
+static ngx_int_t ngx_http_esi_replay_closed(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_replay_flush(ngx_http_esi_daemon_t *d,
+    ngx_uint_t all);
+static void ngx_http_esi_replay_timer_handler(ngx_event_t *ev);
+
+
+/* the tables of the worker's copies, and what esid's answers do to them */
+
+ngx_int_t
+ngx_http_esi_replay_register(ngx_http_esi_daemon_t *d, ngx_cycle_t *cycle)
+{
+    d->plain = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_PLAIN_OBJECTS
+                                        * sizeof(ngx_http_esi_plain_t));
+    if (d->plain == NULL) {
+        return NGX_ERROR;
+    }
+
+    d->replays = ngx_pcalloc(cycle->pool, NGX_HTTP_ESI_REPLAYS
+                                          * sizeof(ngx_http_esi_replay_t));
+    if (d->replays == NULL) {
+        return NGX_ERROR;
+    }
+
+    d->replay_timer.handler = ngx_http_esi_replay_timer_handler;
+    d->replay_timer.log = cycle->log;
+    d->replay_timer.data = d;
+    d->replay_timer.cancelable = 1;
+
+    d->answers[ESI_WIRE_RESPONSE_FORGET_WHICH].handler =
+                                        ngx_http_esi_replay_forget_objects;
+    d->closed = ngx_http_esi_replay_closed;
+
+    return NGX_OK;
+}
 
 
 /*
@@ -123,9 +159,9 @@ ngx_http_esi_replay_slot(ngx_http_esi_ctx_t *ctx)
  * will be sent again.  Their identities would never match a later store.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_esi_replay_forget_objects(ngx_http_esi_daemon_t *d,
-    esi_wire_struct_t *root)
+    ngx_http_esi_answer_t *a)
 {
     size_t                  len;
     uint32_t                hash;
@@ -133,7 +169,7 @@ ngx_http_esi_replay_forget_objects(ngx_http_esi_daemon_t *d,
     ngx_http_esi_plain_t   *plain;
     ngx_http_esi_replay_t  *e;
 
-    if (esi_wire_get_data(root, ESI_WIRE_RESPONSE_FORGET_PTR, &key, &len)
+    if (esi_wire_get_data(a->root, ESI_WIRE_RESPONSE_FORGET_PTR, &key, &len)
         != 0
         || len % NGX_HTTP_CACHE_KEY_LEN != 0)
     {
@@ -319,9 +355,24 @@ ngx_http_esi_replay_release(ngx_http_esi_daemon_t *d,
 }
 
 
+/* the copies pin segments of the connection's arena: they go with it */
+
+static ngx_int_t
+ngx_http_esi_replay_closed(ngx_http_esi_daemon_t *d)
+{
+    ngx_http_esi_replay_flush(d, 1);
+
+    if (d->replay_timer.timer_set) {
+        ngx_del_timer(&d->replay_timer);
+    }
+
+    return NGX_OK;
+}
+
+
 /* releases the expired copies, or all of them when the connection goes */
 
-void
+static void
 ngx_http_esi_replay_flush(ngx_http_esi_daemon_t *d, ngx_uint_t all)
 {
     ngx_uint_t              i;
@@ -341,7 +392,7 @@ ngx_http_esi_replay_flush(ngx_http_esi_daemon_t *d, ngx_uint_t all)
 
 /* so that a copy nobody asks for again does not pin its segments for long */
 
-void
+static void
 ngx_http_esi_replay_timer_handler(ngx_event_t *ev)
 {
     ngx_http_esi_daemon_t  *d;

@@ -23,10 +23,25 @@ static ngx_int_t ngx_http_esi_try_start(ngx_http_request_t *r,
 static void ngx_http_esi_try_except(ngx_http_esi_ctx_t *ctx);
 static void ngx_http_esi_skip(ngx_http_esi_ctx_t *ctx,
     ngx_http_esi_insn_t *insn);
+static ngx_int_t ngx_http_esi_splice(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_answer_t *a);
 
 
 ngx_int_t
-ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
+ngx_http_esi_splice_register(ngx_http_esi_daemon_t *d, ngx_cycle_t *cycle)
+{
+    ngx_http_esi_answer_handler_t  *h;
+
+    h = &d->answers[ESI_WIRE_RESPONSE_SPLICE_WHICH];
+    h->handler = ngx_http_esi_splice;
+    h->table = &d->streams;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_splice(ngx_http_esi_daemon_t *d, ngx_http_esi_answer_t *a)
 {
     off_t                 offset, end, released, verbatim_end;
     size_t                n;
@@ -40,11 +55,14 @@ ngx_http_esi_splice(ngx_http_esi_ctx_t *ctx, esi_wire_struct_t *root)
     ngx_http_esi_insn_t  *insn, *head, **last;
     esi_wire_list_t       list;
     esi_wire_struct_t     splice, in, inc;
+    ngx_http_esi_ctx_t   *ctx;
 
+    ctx = (ngx_http_esi_ctx_t *) a->node;
     r = ctx->request;
-    log = ngx_http_esi_daemon.log;
+    log = d->log;
 
-    if (esi_wire_get_struct(root, ESI_WIRE_RESPONSE_SPLICE_PTR, &splice) != 0
+    if (esi_wire_get_struct(a->root, ESI_WIRE_RESPONSE_SPLICE_PTR, &splice)
+        != 0
         || esi_wire_get_list(&splice, ESI_WIRE_SPLICE_INSTRUCTIONS_PTR, &list)
            != 0)
     {

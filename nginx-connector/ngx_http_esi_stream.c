@@ -21,6 +21,120 @@ static void ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars);
 static size_t ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names,
     u_char *dst);
 static void ngx_http_esi_cleanup(void *data);
+static ngx_int_t ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_ctx_t *ctx);
+static ngx_int_t ngx_http_esi_stream_writable(ngx_http_esi_daemon_t *d);
+static ngx_int_t ngx_http_esi_stream_failed(ngx_http_esi_daemon_t *d,
+    ngx_http_esi_answer_t *a);
+static ngx_int_t ngx_http_esi_stream_lost(ngx_http_esi_daemon_t *d);
+static void ngx_http_esi_stream_wake_handler(ngx_event_t *ev);
+
+
+/* the streams' table and queues, and what esid's failures do to them */
+
+ngx_int_t
+ngx_http_esi_stream_register(ngx_http_esi_daemon_t *d, ngx_cycle_t *cycle)
+{
+    ngx_http_esi_answer_handler_t  *h;
+
+    ngx_rbtree_init(&d->streams, &d->sentinel, ngx_rbtree_insert_value);
+    ngx_queue_init(&d->tx_wait);
+    ngx_queue_init(&d->wake);
+
+    d->wake_event.handler = ngx_http_esi_stream_wake_handler;
+    d->wake_event.log = cycle->log;
+    d->wake_event.data = d;
+
+    h = &d->answers[ESI_WIRE_RESPONSE_FAIL_WHICH];
+    h->handler = ngx_http_esi_stream_failed;
+    h->table = &d->streams;
+
+    d->writable = ngx_http_esi_stream_writable;
+    d->lost[d->nlost++] = ngx_http_esi_stream_lost;
+
+    return NGX_OK;
+}
+
+
+/* the streams waiting for room in the ring write, in order */
+
+static ngx_int_t
+ngx_http_esi_stream_writable(ngx_http_esi_daemon_t *d)
+{
+    ngx_int_t            rc;
+    ngx_queue_t         *q;
+    ngx_http_esi_ctx_t  *ctx;
+
+    while (!ngx_queue_empty(&d->tx_wait)) {
+        q = ngx_queue_head(&d->tx_wait);
+        ctx = ngx_queue_data(q, ngx_http_esi_ctx_t, tx_link);
+
+        rc = ngx_http_esi_stream_send(d, ctx);
+
+        if (rc == NGX_AGAIN) {
+            return NGX_AGAIN;
+        }
+
+        ngx_queue_remove(q);
+        ctx->tx_queued = 0;
+
+        if (rc == NGX_OK) {
+            ngx_http_esi_stream_timer(ctx, 1);
+
+        } else {
+            ngx_http_esi_stream_fail(ctx);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_esi_stream_failed(ngx_http_esi_daemon_t *d, ngx_http_esi_answer_t *a)
+{
+    size_t               n;
+    const char          *reason;
+    ngx_http_esi_ctx_t  *ctx;
+
+    ctx = (ngx_http_esi_ctx_t *) a->node;
+
+    if (esi_wire_get_text(a->root, ESI_WIRE_RESPONSE_FAIL_PTR, &reason, &n)
+        != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, d->log, 0,
+                      "esi: malformed failure from esid");
+        return NGX_ERROR;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                  "esi: esid failed the stream: \"%*s\"",
+                  ngx_min(n, 256), (u_char *) reason);
+
+    ngx_http_esi_stream_unlink(ctx);
+    ngx_http_esi_stream_fail(ctx);
+
+    return NGX_OK;
+}
+
+
+/* the connection to esid is gone: every stream falls back */
+
+static ngx_int_t
+ngx_http_esi_stream_lost(ngx_http_esi_daemon_t *d)
+{
+    ngx_http_esi_ctx_t  *ctx;
+
+    while (d->streams.root != d->streams.sentinel) {
+        ctx = (ngx_http_esi_ctx_t *) ngx_rbtree_min(d->streams.root,
+                                                    d->streams.sentinel);
+
+        ngx_http_esi_stream_unlink(ctx);
+        ngx_http_esi_stream_fail(ctx);
+    }
+
+    return NGX_OK;
+}
 
 
 /*
@@ -28,7 +142,7 @@ static void ngx_http_esi_cleanup(void *data);
  * ring is full; NGX_DECLINED: a message can never fit.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
 {
     off_t                     from;
@@ -153,7 +267,7 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
             esi_wire_set_bool(&open, ESI_WIRE_OPEN_PLAN_FAILED_BIT,
                               ctx->plan_failed);
             esi_wire_set_u8(&open, ESI_WIRE_OPEN_STITCH_LEVEL_OFFSET,
-                            (uint8_t) (ngx_http_esi_module_stitches(r, elcf)
+                            (uint8_t) (ngx_http_esi_stitches(r, elcf)
                                        ? elcf->stitch_level : 0));
             esi_wire_set_bool(&open, ESI_WIRE_OPEN_SEGMENTS_BIT,
                               ctx->segments);
@@ -259,42 +373,6 @@ ngx_http_esi_cancel(ngx_http_esi_daemon_t *d, uint32_t id)
     *p = id;
 
     ngx_http_esi_daemon_flush(d);
-}
-
-
-ngx_http_esi_ctx_t *
-ngx_http_esi_stream_lookup(ngx_http_esi_daemon_t *d, uint32_t id)
-{
-    return (ngx_http_esi_ctx_t *) ngx_http_esi_stream_find(&d->streams, id);
-}
-
-
-/* streams and purges share one id space, in two tables */
-
-ngx_rbtree_node_t *
-ngx_http_esi_stream_find(ngx_rbtree_t *tree, uint32_t id)
-{
-    ngx_rbtree_node_t  *node, *sentinel;
-
-    node = tree->root;
-    sentinel = tree->sentinel;
-
-    while (node != sentinel) {
-
-        if (id < node->key) {
-            node = node->left;
-            continue;
-        }
-
-        if (id > node->key) {
-            node = node->right;
-            continue;
-        }
-
-        return node;
-    }
-
-    return NULL;
 }
 
 
@@ -414,7 +492,7 @@ ngx_http_esi_timeout_handler(ngx_event_t *ev)
 }
 
 
-void
+static void
 ngx_http_esi_stream_wake_handler(ngx_event_t *ev)
 {
     ngx_queue_t            *q;
