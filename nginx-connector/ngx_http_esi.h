@@ -564,6 +564,14 @@ typedef ngx_int_t (*ngx_http_esi_answer_pt)(ngx_http_esi_daemon_t *d,
     ngx_http_esi_answer_t *a);
 typedef ngx_int_t (*ngx_http_esi_daemon_pt)(ngx_http_esi_daemon_t *d);
 
+/* runs esid's plan for a stream, as it came or from the worker's copy */
+typedef ngx_int_t (*ngx_http_esi_plan_pt)(ngx_http_esi_ctx_t *ctx,
+    esi_wire_struct_t *root, const uint8_t *message, size_t len);
+
+/* runs a request's ESI on input, or on none once esid or a timer woke it */
+typedef ngx_int_t (*ngx_http_esi_process_pt)(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
+
 
 /*
  * What to do with an answer of one kind (Response.which), registered by
@@ -671,13 +679,15 @@ ngx_int_t ngx_http_esi_daemon_enqueue(ngx_http_esi_daemon_t *d, void *buf,
     size_t len, ngx_queue_t *before);
 void *ngx_http_esi_daemon_reserve(ngx_http_esi_daemon_t *d, size_t need);
 void ngx_http_esi_daemon_commit(ngx_http_esi_daemon_t *d, size_t len);
+void ngx_http_esi_daemon_request(esi_wire_builder_t *b, void *buf, size_t len,
+    uint32_t id, uint16_t which, esi_wire_out_t *req);
 ngx_int_t ngx_http_esi_daemon_send_short(ngx_http_esi_daemon_t *d, uint32_t id,
     uint16_t which);
 
 
 /* ngx_http_esi_stream.c */
 ngx_int_t ngx_http_esi_stream_register(ngx_http_esi_daemon_t *d,
-    ngx_cycle_t *cycle);
+    ngx_cycle_t *cycle, ngx_http_esi_process_pt process);
 void ngx_http_esi_stream_unlink(ngx_http_esi_ctx_t *ctx);
 void ngx_http_esi_stream_fail(ngx_http_esi_ctx_t *ctx);
 void ngx_http_esi_stream_forget(ngx_http_esi_ctx_t *ctx);
@@ -685,26 +695,29 @@ void ngx_http_esi_stream_schedule(ngx_http_esi_ctx_t *ctx);
 void ngx_http_esi_stream_timer(ngx_http_esi_ctx_t *ctx, ngx_uint_t reset);
 ngx_int_t ngx_http_esi_stream_open(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
+void ngx_http_esi_stream_start(ngx_http_esi_ctx_t *ctx);
 
 
 /* ngx_http_esi_filter.c */
-ngx_int_t ngx_http_esi_filter_next(ngx_http_request_t *r,
-    ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
-ngx_table_elt_t *ngx_http_esi_filter_find_header(ngx_list_t *headers,
-    const char *name);
 ngx_int_t ngx_http_esi_filter_process(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
-ngx_int_t ngx_http_esi_filter_final(ngx_http_request_t *r,
-    ngx_http_esi_ctx_t *ctx);
-ngx_chain_t *ngx_http_esi_filter_link(ngx_http_request_t *r,
-    ngx_http_esi_ctx_t *ctx);
-ngx_int_t ngx_http_esi_filter_pack(ngx_http_request_t *r,
-    ngx_http_esi_ctx_t *ctx, u_char *data, size_t len);
-ngx_int_t ngx_http_esi_filter_output(ngx_http_request_t *r,
-    ngx_http_esi_ctx_t *ctx);
-ngx_int_t ngx_http_esi_filter_flush_held(ngx_http_request_t *r,
-    ngx_http_esi_ctx_t *ctx);
 ngx_int_t ngx_http_esi_filter_init(ngx_conf_t *cf);
+
+
+/* ngx_http_esi_output.c */
+void ngx_http_esi_output_init(ngx_http_output_body_filter_pt next);
+ngx_int_t ngx_http_esi_output_next(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
+ngx_int_t ngx_http_esi_output_final(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+ngx_chain_t *ngx_http_esi_output_link(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
+ngx_int_t ngx_http_esi_output_pack(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx, u_char *data, size_t len);
+ngx_int_t ngx_http_esi_output(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx);
+void ngx_http_esi_output_release(ngx_http_esi_ctx_t *ctx);
+ngx_int_t ngx_http_esi_output_flush_held(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
 
 
 /* ngx_http_esi_splice.c */
@@ -720,7 +733,6 @@ ngx_int_t ngx_http_esi_splice_execute(ngx_http_request_t *r,
 ngx_int_t ngx_http_esi_splice_verbatim(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, off_t offset, off_t end);
 void ngx_http_esi_splice_try_close(ngx_http_esi_ctx_t *ctx, ngx_uint_t keep);
-void ngx_http_esi_splice_try_failed(ngx_http_esi_ctx_t *ctx);
 
 
 /* ngx_http_esi_include.c */
@@ -733,8 +745,6 @@ ngx_int_t ngx_http_esi_include_header(ngx_http_request_t *r,
 ngx_int_t ngx_http_esi_include_limit(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t **in);
 ngx_int_t ngx_http_esi_include_marker(ngx_http_request_t *r);
-ngx_int_t ngx_http_esi_include_capture(ngx_http_request_t *r,
-    ngx_http_esi_ctx_t *to, ngx_chain_t *in);
 ngx_int_t ngx_http_esi_include_access(ngx_http_request_t *r);
 
 
@@ -752,7 +762,8 @@ ngx_int_t ngx_http_esi_replay_register(ngx_http_esi_daemon_t *d,
 void ngx_http_esi_replay_identify(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_http_esi_loc_conf_t *elcf);
 ngx_http_esi_plain_t *ngx_http_esi_replay_plain(ngx_http_esi_ctx_t *ctx);
-ngx_int_t ngx_http_esi_replay(ngx_http_esi_ctx_t *ctx);
+ngx_int_t ngx_http_esi_replay(ngx_http_esi_ctx_t *ctx,
+    ngx_http_esi_plan_pt plan);
 void ngx_http_esi_replay_keep(ngx_http_esi_ctx_t *ctx, const uint8_t *message,
     size_t len, uint32_t pin);
 void ngx_http_esi_replay_forget(ngx_http_esi_ctx_t *ctx);
@@ -769,6 +780,8 @@ ngx_uint_t ngx_http_esi_gunzip_room(ngx_http_request_t *r,
 
 /* ngx_http_esi_surrogate.c */
 void ngx_http_esi_surrogate_hide(ngx_http_request_t *r);
+ngx_table_elt_t *ngx_http_esi_surrogate_find_header(ngx_list_t *headers,
+    const char *name);
 ngx_int_t ngx_http_esi_surrogate_capability(ngx_http_request_t *r);
 ngx_int_t ngx_http_esi_surrogate_control(ngx_http_request_t *r,
     ngx_http_esi_loc_conf_t *elcf);
@@ -791,6 +804,22 @@ ngx_uint_t ngx_http_esi_purge_index_tag_header(
 
 /* ngx_http_esi_layout.c */
 ngx_int_t ngx_http_esi_layout_check(ngx_conf_t *cf);
+
+
+/* an include failed for good: so did the innermost attempt around it */
+
+static ngx_inline void
+ngx_http_esi_try_failed(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_uint_t  i;
+
+    for (i = ctx->ntries; i; i--) {
+        if (ctx->tries[i - 1].attempt) {
+            ctx->tries[i - 1].failed = 1;
+            return;
+        }
+    }
+}
 
 
 /*

@@ -1490,6 +1490,25 @@ ngx_http_esi_daemon_commit(ngx_http_esi_daemon_t *d, size_t len)
 }
 
 
+/*
+ * Every Request to esid starts so, in a buffer of "len" bytes: its root,
+ * the stream or purge it is about (0: none) and which it is; the caller
+ * sets that member in "req".
+ */
+
+void
+ngx_http_esi_daemon_request(esi_wire_builder_t *b, void *buf, size_t len,
+    uint32_t id, uint16_t which, esi_wire_out_t *req)
+{
+    esi_wire_builder_init(b, buf, len);
+
+    (void) esi_wire_root(b, ESI_WIRE_REQUEST_DATA_WORDS,
+                         ESI_WIRE_REQUEST_POINTERS, req);
+    esi_wire_set_u32(req, ESI_WIRE_REQUEST_STREAM_OFFSET, id);
+    esi_wire_set_u16(req, ESI_WIRE_REQUEST_WHICH_OFFSET, which);
+}
+
+
 ngx_int_t
 ngx_http_esi_daemon_send_short(ngx_http_esi_daemon_t *d, uint32_t id,
     uint16_t which)
@@ -1507,12 +1526,7 @@ ngx_http_esi_daemon_send_short(ngx_http_esi_daemon_t *d, uint32_t id,
         return NGX_AGAIN;
     }
 
-    esi_wire_builder_init(&b, p, need);
-
-    (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
-                         ESI_WIRE_REQUEST_POINTERS, &req);
-    esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET, id);
-    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET, which);
+    ngx_http_esi_daemon_request(&b, p, need, id, which, &req);
 
     ngx_http_esi_daemon_commit(d, esi_wire_finish(&b));
 

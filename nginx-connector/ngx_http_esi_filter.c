@@ -15,13 +15,12 @@ static ngx_int_t ngx_http_esi_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_esi_feed(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
-static void ngx_http_esi_recycle(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
-    ngx_buf_t *b, ngx_chain_t *cl);
 static ngx_int_t ngx_http_esi_hold(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx, ngx_chain_t *in);
+static ngx_int_t ngx_http_esi_execute(ngx_http_request_t *r,
+    ngx_http_esi_ctx_t *ctx);
 static ngx_int_t ngx_http_esi_fallback(ngx_http_request_t *r,
     ngx_http_esi_ctx_t *ctx);
-static void ngx_http_esi_release(ngx_http_esi_ctx_t *ctx);
 static ngx_uint_t ngx_http_esi_starved(ngx_http_esi_ctx_t *ctx);
 static ngx_uint_t ngx_http_esi_body_in_memory(ngx_chain_t *in);
 static ngx_int_t ngx_http_esi_own_held(ngx_http_request_t *r,
@@ -30,7 +29,6 @@ static ngx_int_t ngx_http_esi_push(ngx_http_request_t *r);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
-static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
 /* filters */
@@ -230,6 +228,14 @@ ngx_http_esi_header_filter(ngx_http_request_t *r)
         return NGX_ERROR;
     }
 
+    /* a hit replays the worker's copy of its plan, or esid is asked */
+
+    if (!ctx->identified
+        || ngx_http_esi_replay(ctx, ngx_http_esi_plan) != NGX_OK)
+    {
+        ngx_http_esi_stream_start(ctx);
+    }
+
     ngx_http_clear_content_length(r);
     ngx_http_clear_accept_ranges(r);
     ngx_http_clear_last_modified(r);
@@ -253,9 +259,9 @@ ngx_http_esi_encoding(ngx_http_request_t *r)
      */
 
     if (r->headers_out.content_encoding == NULL) {
-        r->headers_out.content_encoding = ngx_http_esi_filter_find_header(
-                                              &r->headers_out.headers,
-                                              "Content-Encoding");
+        r->headers_out.content_encoding =
+            ngx_http_esi_surrogate_find_header(&r->headers_out.headers,
+                                               "Content-Encoding");
     }
 #endif
 
@@ -283,42 +289,6 @@ ngx_http_esi_encoding(ngx_http_request_t *r)
 #endif
 
     return NGX_HTTP_ESI_ENCODED;
-}
-
-
-/* the first header of that name in a list, deleted ones (hash 0) aside */
-
-ngx_table_elt_t *
-ngx_http_esi_filter_find_header(ngx_list_t *headers, const char *name)
-{
-    size_t            len;
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
-
-    len = ngx_strlen(name);
-    part = &headers->part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return NULL;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash
-            && h[i].key.len == len
-            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
-        {
-            return &h[i];
-        }
-    }
 }
 
 
@@ -350,7 +320,7 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
          * while another request was active) goes when asked to
          */
 
-        return in ? NGX_OK : ngx_http_next_body_filter(r, NULL);
+        return in ? NGX_OK : ngx_http_esi_output_next(r, NULL, NULL);
     }
 
     if (ctx && ctx->limited
@@ -363,7 +333,7 @@ ngx_http_esi_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         || (ctx->fallen && !ctx->inflate && ctx->out == NULL
             && ctx->busy == NULL && ctx->held == NULL))
     {
-        return ngx_http_esi_filter_next(r, ctx, in);
+        return ngx_http_esi_output_next(r, ctx, in);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -540,25 +510,6 @@ ngx_http_esi_body_in_memory(ngx_chain_t *in)
 }
 
 
-/* an inflated buffer nothing refers to any more */
-
-static void
-ngx_http_esi_recycle(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
-    ngx_buf_t *b, ngx_chain_t *cl)
-{
-    if (cl == NULL) {
-        cl = ngx_alloc_chain_link(r->pool);
-        if (cl == NULL) {
-            return;
-        }
-    }
-
-    cl->buf = b;
-    cl->next = ctx->zfree;
-    ctx->zfree = cl;
-}
-
-
 static ngx_int_t
 ngx_http_esi_hold(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     ngx_chain_t *in)
@@ -647,7 +598,7 @@ ngx_http_esi_filter_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     if (!ctx->fallen && !ctx->failed) {
-        if (ngx_http_esi_splice_execute(r, ctx) == NGX_ERROR) {
+        if (ngx_http_esi_execute(r, ctx) == NGX_ERROR) {
             return NGX_ERROR;
         }
     }
@@ -693,18 +644,18 @@ ngx_http_esi_filter_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
     starved = ngx_http_esi_starved(ctx);
 
-    if (starved && ngx_http_esi_filter_flush_held(r, ctx) != NGX_OK) {
+    if (starved && ngx_http_esi_output_flush_held(r, ctx) != NGX_OK) {
         return NGX_ERROR;
     }
 
     if (ctx->out == NULL && ctx->busy == NULL && r->postponed == NULL
         && !r->connection->buffered)
     {
-        ngx_http_esi_release(ctx);
+        ngx_http_esi_output_release(ctx);
         rc = NGX_OK;
 
     } else {
-        rc = ngx_http_esi_filter_output(r, ctx);
+        rc = ngx_http_esi_output(r, ctx);
     }
 
     if (starved && rc != NGX_ERROR && ngx_http_esi_own_held(r, ctx) != NGX_OK)
@@ -716,26 +667,26 @@ ngx_http_esi_filter_process(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 }
 
 
-/*
- * Where the output of a request goes when it leaves this filter: down to
- * postpone, or, for an include inside an attempt, into the attempt's held
- * chain.  Postpone is called even then, with no data, so that it wakes
- * the request's own includes in order.
- */
+/* the instructions esid sent, then a plan's next batch once they ran */
 
-ngx_int_t
-ngx_http_esi_filter_next(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
-    ngx_chain_t *in)
+static ngx_int_t
+ngx_http_esi_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
-    if (ctx && ctx->capture) {
-        if (ngx_http_esi_include_capture(r, ctx->capture, in) != NGX_OK) {
-            return NGX_ERROR;
+    ngx_int_t  rc;
+
+    for ( ;; ) {
+        rc = ngx_http_esi_splice_execute(r, ctx);
+
+        if (rc != NGX_OK || ctx->failed || ctx->insns || ctx->wait
+            || !ctx->plan_more)
+        {
+            return rc;
         }
 
-        in = NULL;
+        if (ngx_http_esi_plan_run(ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
     }
-
-    return ngx_http_next_body_filter(r, in);
 }
 
 
@@ -804,244 +755,10 @@ ngx_http_esi_fallback(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ctx->send_held = NULL;
 
     if (ctx->input_done) {
-        return ngx_http_esi_filter_final(r, ctx);
+        return ngx_http_esi_output_final(r, ctx);
     }
 
     return NGX_OK;
-}
-
-
-ngx_int_t
-ngx_http_esi_filter_final(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
-{
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-
-    cl = ngx_http_esi_filter_link(r, ctx);
-    if (cl == NULL) {
-        return NGX_ERROR;
-    }
-
-    b = cl->buf;
-    b->sync = 1;
-
-    if (r == r->main) {
-        b->last_buf = 1;
-
-    } else {
-        b->last_in_chain = 1;
-    }
-
-    ctx->done = 1;
-
-    return NGX_OK;
-}
-
-
-ngx_chain_t *
-ngx_http_esi_filter_link(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
-{
-    ngx_buf_t    *b;
-    ngx_uint_t    i;
-    ngx_chain_t  *cl;
-
-    if (ctx->free == NULL) {
-        b = ngx_palloc(r->pool, NGX_HTTP_ESI_BATCH * sizeof(ngx_buf_t));
-        cl = ngx_palloc(r->pool, NGX_HTTP_ESI_BATCH * sizeof(ngx_chain_t));
-
-        if (b == NULL || cl == NULL) {
-            return NULL;
-        }
-
-        for (i = 0; i < NGX_HTTP_ESI_BATCH; i++) {
-            cl[i].buf = &b[i];
-            cl[i].next = ctx->free;
-            ctx->free = &cl[i];
-        }
-    }
-
-    cl = ctx->free;
-    ctx->free = cl->next;
-    b = cl->buf;
-    ngx_memzero(b, sizeof(ngx_buf_t));
-
-    b->tag = (ngx_buf_tag_t) &ngx_http_esi_module;
-    cl->next = NULL;
-
-    *ctx->last_out = cl;
-    ctx->last_out = &cl->next;
-
-    ctx->flushed = 0;
-
-    return cl;
-}
-
-
-/*
- * Small pieces of output (a value, the tags between a construct's values)
- * are copied one after another into a buffer of their own: linked apart,
- * each would cost a buf in every filter and an iovec in writev, more than
- * copying its few bytes.  A larger piece (an attempt's) gets a buffer of
- * its size.
- */
-
-ngx_int_t
-ngx_http_esi_filter_pack(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
-    u_char *data, size_t len)
-{
-    size_t        size;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-
-    b = ctx->pack;
-
-    if (b == NULL || ctx->last_out != ctx->pack_next
-        || (size_t) (b->end - b->last) < len)
-    {
-        cl = ngx_http_esi_filter_link(r, ctx);
-        if (cl == NULL) {
-            return NGX_ERROR;
-        }
-
-        b = cl->buf;
-
-        size = ngx_max(len, NGX_HTTP_ESI_PACK_SIZE);
-
-        b->start = ngx_pnalloc(r->pool, size);
-        if (b->start == NULL) {
-            return NGX_ERROR;
-        }
-
-        b->pos = b->start;
-        b->last = b->start;
-        b->end = b->start + size;
-        b->temporary = 1;
-
-        ctx->pack = b;
-        ctx->pack_next = &cl->next;
-    }
-
-    b->last = ngx_cpymem(b->last, data, len);
-
-    return NGX_OK;
-}
-
-
-ngx_int_t
-ngx_http_esi_filter_output(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
-{
-    ngx_int_t             rc;
-    ngx_buf_t            *b;
-    ngx_chain_t          *cl;
-    ngx_http_esi_held_t  *h;
-
-    if (ctx->attempts) {
-
-        /* held until the attempt's outcome is known */
-
-        rc = ngx_http_esi_filter_next(r, ctx, NULL);
-
-    } else {
-        rc = ngx_http_esi_filter_next(r, ctx, ctx->out);
-
-        if (ctx->busy == NULL) {
-            ctx->busy = ctx->out;
-
-        } else {
-            for (cl = ctx->busy; cl->next; cl = cl->next) { /* void */ }
-            cl->next = ctx->out;
-        }
-
-        ctx->out = NULL;
-        ctx->last_out = &ctx->out;
-        ctx->pack = NULL;
-    }
-
-    while (ctx->busy) {
-
-        cl = ctx->busy;
-        b = cl->buf;
-
-        if (ngx_buf_size(b) != 0) {
-            break;
-        }
-
-        ctx->busy = cl->next;
-
-        if (b->tag == NGX_HTTP_ESI_INFLATED) {
-
-            /* one that went out as it is, after a fallback */
-
-            ngx_http_esi_recycle(r, ctx, b, cl);
-            continue;
-        }
-
-        if (b->tag != (ngx_buf_tag_t) &ngx_http_esi_module) {
-            ngx_free_chain(r->pool, cl);
-            continue;
-        }
-
-        if (b->shadow) {
-            for (h = ctx->held; h; h = h->next) {
-                if (h->buf == b->shadow && h->refs) {
-                    h->refs--;
-                    break;
-                }
-            }
-        }
-
-        if (ngx_buf_in_memory(b)) {
-            cl->next = ctx->free;
-            ctx->free = cl;
-        }
-    }
-
-    ngx_http_esi_release(ctx);
-
-    return rc;
-}
-
-
-/* input is consumed once esid released it and its output went out */
-
-static void
-ngx_http_esi_release(ngx_http_esi_ctx_t *ctx)
-{
-    ngx_http_request_t   *r;
-    ngx_http_esi_held_t  *h;
-
-    while (ctx->held) {
-        h = ctx->held;
-
-        if (h->refs || h->end > ctx->released) {
-            break;
-        }
-
-        h->buf->pos = h->buf->last;
-
-        if (h->buf->tag == NGX_HTTP_ESI_INFLATED) {
-            ngx_http_esi_recycle(ctx->request, ctx, h->buf, NULL);
-        }
-
-        ctx->held = h->next;
-        h->next = ctx->free_held;
-        ctx->free_held = h;
-    }
-
-    if (ctx->held == NULL) {
-        ctx->last_held = &ctx->held;
-    }
-
-    r = ctx->request;
-
-    /* output waiting further down is not ours to report */
-
-    if (ctx->out || ctx->zin || (!ctx->done && !ctx->fallen)) {
-        r->buffered |= NGX_HTTP_ESI_BUFFERED;
-
-    } else {
-        r->buffered &= ~NGX_HTTP_ESI_BUFFERED;
-    }
 }
 
 
@@ -1068,47 +785,6 @@ ngx_http_esi_starved(ngx_http_esi_ctx_t *ctx)
 
     return !ctx->plan_wait && ctx->awaiting == 0
            && ctx->sent == ctx->received;
-}
-
-
-/*
- * Output that points into the body's buffers goes out now, however small:
- * the write filter would hold it back (postpone_output) until more output
- * came, that is, until more body was read.  Not while an attempt holds
- * the output: the attempt's start flushed what came before it.
- */
-
-ngx_int_t
-ngx_http_esi_filter_flush_held(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
-{
-    ngx_chain_t          *cl;
-    ngx_http_esi_held_t  *h;
-
-    if (ctx->flushed || ctx->attempts) {
-        return NGX_OK;
-    }
-
-    for (h = ctx->held; h; h = h->next) {
-        if (h->refs && h->buf->tag != ctx
-            && h->buf->tag != NGX_HTTP_ESI_INFLATED)
-        {
-            break;
-        }
-    }
-
-    if (h == NULL) {
-        return NGX_OK;
-    }
-
-    cl = ngx_http_esi_filter_link(r, ctx);
-    if (cl == NULL) {
-        return NGX_ERROR;
-    }
-
-    cl->buf->flush = 1;
-    ctx->flushed = 1;
-
-    return NGX_OK;
 }
 
 
@@ -1254,7 +930,7 @@ ngx_http_esi_filter_init(ngx_conf_t *cf)
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_esi_header_filter;
 
-    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_esi_output_init(ngx_http_top_body_filter);
     ngx_http_top_body_filter = ngx_http_esi_body_filter;
 
     return NGX_OK;

@@ -87,7 +87,7 @@ ngx_http_esi_include(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
     /* what came before the include goes first, ordered by postpone */
 
-    if (ctx->out && ngx_http_esi_filter_output(r, ctx) == NGX_ERROR) {
+    if (ctx->out && ngx_http_esi_output(r, ctx) == NGX_ERROR) {
         return NGX_ERROR;
     }
 
@@ -236,7 +236,7 @@ ngx_http_esi_include_failed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         return NGX_OK;
     }
 
-    ngx_http_esi_splice_try_failed(ctx);
+    ngx_http_esi_try_failed(ctx);
 
     elcf = ngx_http_get_module_loc_conf(r, ngx_http_esi_module);
 
@@ -244,7 +244,7 @@ ngx_http_esi_include_failed(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
         return NGX_OK;
     }
 
-    cl = ngx_http_esi_filter_link(r, ctx);
+    cl = ngx_http_esi_output_link(r, ctx);
     if (cl == NULL) {
         return NGX_ERROR;
     }
@@ -434,7 +434,7 @@ ngx_http_esi_include_marker(ngx_http_request_t *r)
     out.buf = b;
     out.next = NULL;
 
-    return ngx_http_esi_filter_next(r, NULL, &out);
+    return ngx_http_esi_output_next(r, NULL, &out);
 }
 
 
@@ -462,78 +462,6 @@ ngx_http_esi_include_done(ngx_http_request_t *r, void *data, ngx_int_t rc)
     }
 
     return rc;
-}
-
-
-/*
- * Copies an include's output into the attempt that holds it: upstream
- * buffers are reused as soon as they are consumed.  The copies live in the
- * request's pool until it ends, so all the page's attempts together may
- * copy esi_max_page_size; past it the attempt fails.  After a fallback the
- * bytes have no place to go.
- */
-
-ngx_int_t
-ngx_http_esi_include_capture(ngx_http_request_t *r, ngx_http_esi_ctx_t *to,
-    ngx_chain_t *in)
-{
-    off_t                     size;
-    u_char                   *p;
-    ngx_buf_t                *b;
-    ngx_chain_t              *cl;
-    ngx_http_esi_loc_conf_t  *elcf;
-
-    elcf = ngx_http_get_module_loc_conf(to->request, ngx_http_esi_module);
-
-    for ( /* void */ ; in; in = in->next) {
-        size = ngx_buf_size(in->buf);
-
-        if (size == 0) {
-            continue;
-        }
-
-        if (to->attempts == 0 || to->fallen) {
-            /* void */
-
-        } else if (!ngx_buf_in_memory(in->buf)) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "esi: include \"%V\" in an attempt is not in "
-                          "memory", &r->uri);
-            ngx_http_esi_splice_try_failed(to);
-
-        } else if (elcf->max_page_size
-                   && to->captured + size > elcf->max_page_size)
-        {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "esi: includes held by an attempt exceed "
-                          "esi_max_page_size %O, the attempt fails",
-                          elcf->max_page_size);
-            ngx_http_esi_splice_try_failed(to);
-
-        } else {
-            p = ngx_pnalloc(r->pool, (size_t) size);
-            if (p == NULL) {
-                return NGX_ERROR;
-            }
-
-            cl = ngx_http_esi_filter_link(to->request, to);
-            if (cl == NULL) {
-                return NGX_ERROR;
-            }
-
-            b = cl->buf;
-            b->memory = 1;
-            b->pos = p;
-            b->last = ngx_cpymem(p, in->buf->pos, (size_t) size);
-
-            to->captured += size;
-        }
-
-        in->buf->pos = in->buf->last;
-        in->buf->file_pos = in->buf->file_last;
-    }
-
-    return NGX_OK;
 }
 
 

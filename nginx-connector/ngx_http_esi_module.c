@@ -275,7 +275,8 @@ ngx_http_esi_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    if (ngx_http_esi_stream_register(d, cycle) != NGX_OK
+    if (ngx_http_esi_stream_register(d, cycle, ngx_http_esi_filter_process)
+        != NGX_OK
         || ngx_http_esi_splice_register(d, cycle) != NGX_OK
         || ngx_http_esi_plan_register(d, cycle) != NGX_OK
         || ngx_http_esi_replay_register(d, cycle) != NGX_OK

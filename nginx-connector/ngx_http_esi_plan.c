@@ -901,15 +901,7 @@ ngx_http_esi_plan_drop(ngx_http_esi_ctx_t *ctx, off_t at, const char *why)
         return NGX_OK;
     }
 
-    ctx->node.key = d->next_id++;
-    ngx_rbtree_insert(&d->streams, &ctx->node);
-    ctx->in_table = 1;
-
-    ngx_queue_insert_tail(&d->tx_wait, &ctx->tx_link);
-    ctx->tx_queued = 1;
-
-    ngx_http_esi_daemon_flush(d);
-    ngx_http_esi_stream_timer(ctx, 0);
+    ngx_http_esi_stream_start(ctx);
 
     return NGX_OK;
 }

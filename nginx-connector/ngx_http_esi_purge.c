@@ -825,14 +825,8 @@ ngx_http_esi_purge_send(ngx_http_esi_purge_t *p)
 
     p->node.key = d->next_id++;
 
-    esi_wire_builder_init(&b, buf, need);
-
-    (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
-                         ESI_WIRE_REQUEST_POINTERS, &req);
-    esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET,
-                     (uint32_t) p->node.key);
-    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
-                     ESI_WIRE_REQUEST_PURGE_WHICH);
+    ngx_http_esi_daemon_request(&b, buf, need, (uint32_t) p->node.key,
+                                ESI_WIRE_REQUEST_PURGE_WHICH, &req);
     (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_PURGE_PTR,
                                ESI_WIRE_PURGE_DATA_WORDS,
                                ESI_WIRE_PURGE_POINTERS, &purge);
@@ -1448,13 +1442,8 @@ ngx_http_esi_purge_report(ngx_http_esi_purge_t *p)
     buf = ngx_palloc(p->pool, need);
 
     if (buf) {
-        esi_wire_builder_init(&b, buf, need);
-
-        (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
-                             ESI_WIRE_REQUEST_POINTERS, &req);
-        esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET, p->order);
-        esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
-                         ESI_WIRE_REQUEST_PURGE_DONE_WHICH);
+        ngx_http_esi_daemon_request(&b, buf, need, p->order,
+                                    ESI_WIRE_REQUEST_PURGE_DONE_WHICH, &req);
         (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_PURGE_DONE_PTR,
                                    ESI_WIRE_PURGE_DONE_DATA_WORDS,
                                    ESI_WIRE_PURGE_DONE_POINTERS, &done);

@@ -69,12 +69,8 @@ ngx_http_esi_purge_index_announce(ngx_http_esi_daemon_t *d)
             return NGX_ERROR;
         }
 
-        esi_wire_builder_init(&b, buf, need);
-
-        (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
-                             ESI_WIRE_REQUEST_POINTERS, &req);
-        esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
-                         ESI_WIRE_REQUEST_ZONE_WHICH);
+        ngx_http_esi_daemon_request(&b, buf, need, 0,
+                                    ESI_WIRE_REQUEST_ZONE_WHICH, &req);
         (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_ZONE_PTR,
                                    ESI_WIRE_ZONE_DATA_WORDS,
                                    ESI_WIRE_ZONE_POINTERS, &z);
@@ -378,12 +374,8 @@ ngx_http_esi_purge_index_file(ngx_http_request_t *r, ngx_pool_t *pool,
         return NGX_ERROR;
     }
 
-    esi_wire_builder_init(&b, buf, need);
-
-    (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
-                         ESI_WIRE_REQUEST_POINTERS, &req);
-    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
-                     ESI_WIRE_REQUEST_STORED_WHICH);
+    ngx_http_esi_daemon_request(&b, buf, need, 0,
+                                ESI_WIRE_REQUEST_STORED_WHICH, &req);
     (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_STORED_PTR,
                                ESI_WIRE_STORED_DATA_WORDS,
                                ESI_WIRE_STORED_POINTERS, &stored);

@@ -222,11 +222,13 @@ ngx_http_esi_replay_matches(ngx_http_esi_ctx_t *ctx, ngx_http_esi_replay_t *e)
 /*
  * Replays the worker's copy of the object's plan, if it holds one that has
  * not expired: the stream never reaches esid, which only hears of the hit.
- * NGX_DECLINED: esid is to be asked.
+ * "plan" runs it (plan.c's, which keeps copies here: passed, not called,
+ * so that the copies stay below the plans).  NGX_DECLINED: esid is to be
+ * asked.
  */
 
 ngx_int_t
-ngx_http_esi_replay(ngx_http_esi_ctx_t *ctx)
+ngx_http_esi_replay(ngx_http_esi_ctx_t *ctx, ngx_http_esi_plan_pt plan)
 {
     esi_wire_msg_t            msg;
     esi_wire_struct_t         root;
@@ -255,7 +257,7 @@ ngx_http_esi_replay(ngx_http_esi_ctx_t *ctx)
     /* the copy passed these checks when esid sent it */
 
     if (esi_wire_open(&msg, (const uint8_t *) e->message, e->len, &root) != 0
-        || ngx_http_esi_plan(ctx, &root, NULL, 0) != NGX_OK)
+        || plan(ctx, &root, NULL, 0) != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ALERT, ctx->request->connection->log, 0,
                       "esi: the worker's copy of a plan is malformed");
@@ -437,12 +439,8 @@ ngx_http_esi_replay_report(ngx_http_esi_ctx_t *ctx)
         return;
     }
 
-    esi_wire_builder_init(&b, buf, need);
-
-    (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
-                         ESI_WIRE_REQUEST_POINTERS, &req);
-    esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
-                     ESI_WIRE_REQUEST_REPLAYED_WHICH);
+    ngx_http_esi_daemon_request(&b, buf, need, 0,
+                                ESI_WIRE_REQUEST_REPLAYED_WHICH, &req);
     (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_REPLAYED_PTR,
                                ESI_WIRE_REPLAYED_DATA_WORDS,
                                ESI_WIRE_REPLAYED_POINTERS, &replayed);

@@ -448,15 +448,7 @@ ngx_http_esi_splice_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ngx_int_t             rc;
     ngx_http_esi_insn_t  *insn;
 
-    while (ctx->insns || ctx->wait || ctx->plan_more) {
-
-        if (ctx->insns == NULL && ctx->wait == NULL) {
-            if (ngx_http_esi_plan_run(ctx) != NGX_OK) {
-                return NGX_ERROR;
-            }
-
-            continue;
-        }
+    while (ctx->insns || ctx->wait) {
 
         if (ctx->wait) {
             if (!ctx->wait->done) {
@@ -532,7 +524,7 @@ ngx_http_esi_splice_execute(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 
             default: /* NGX_HTTP_ESI_SPLICE */
                 ctx->released = insn->offset;
-                rc = insn->last ? ngx_http_esi_filter_final(r, ctx) : NGX_OK;
+                rc = insn->last ? ngx_http_esi_output_final(r, ctx) : NGX_OK;
                 break;
             }
         }
@@ -569,7 +561,7 @@ ngx_http_esi_splice_verbatim(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
 
         /* the run as it is in the cache file, sent with sendfile */
 
-        cl = ngx_http_esi_filter_link(r, ctx);
+        cl = ngx_http_esi_output_link(r, ctx);
         if (cl == NULL) {
             return NGX_ERROR;
         }
@@ -603,7 +595,7 @@ ngx_http_esi_splice_verbatim(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
          */
 
         if (to - offset <= NGX_HTTP_ESI_PACK_MAX || ctx->attempts) {
-            if (ngx_http_esi_filter_pack(r, ctx,
+            if (ngx_http_esi_output_pack(r, ctx,
                                          h->start + (offset - h->offset),
                                          (size_t) (to - offset))
                 != NGX_OK)
@@ -615,7 +607,7 @@ ngx_http_esi_splice_verbatim(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
             continue;
         }
 
-        cl = ngx_http_esi_filter_link(r, ctx);
+        cl = ngx_http_esi_output_link(r, ctx);
         if (cl == NULL) {
             return NGX_ERROR;
         }
@@ -668,10 +660,10 @@ ngx_http_esi_literal(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx,
     }
 
     if (text->len <= NGX_HTTP_ESI_PACK_MAX) {
-        return ngx_http_esi_filter_pack(r, ctx, text->data, text->len);
+        return ngx_http_esi_output_pack(r, ctx, text->data, text->len);
     }
 
-    cl = ngx_http_esi_filter_link(r, ctx);
+    cl = ngx_http_esi_output_link(r, ctx);
     if (cl == NULL) {
         return NGX_ERROR;
     }
@@ -750,11 +742,11 @@ ngx_http_esi_try_start(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     }
 
     if (ctx->attempts == 0) {
-        if (ngx_http_esi_filter_flush_held(r, ctx) != NGX_OK) {
+        if (ngx_http_esi_output_flush_held(r, ctx) != NGX_OK) {
             return NGX_ERROR;
         }
 
-        if (ctx->out && ngx_http_esi_filter_output(r, ctx) == NGX_ERROR) {
+        if (ctx->out && ngx_http_esi_output(r, ctx) == NGX_ERROR) {
             return NGX_ERROR;
         }
     }
@@ -844,22 +836,6 @@ ngx_http_esi_splice_try_close(ngx_http_esi_ctx_t *ctx, ngx_uint_t keep)
 
         cl->next = ctx->free;
         ctx->free = cl;
-    }
-}
-
-
-/* an include failed for good: so did the innermost attempt around it */
-
-void
-ngx_http_esi_splice_try_failed(ngx_http_esi_ctx_t *ctx)
-{
-    ngx_uint_t  i;
-
-    for (i = ctx->ntries; i; i--) {
-        if (ctx->tries[i - 1].attempt) {
-            ctx->tries[i - 1].failed = 1;
-            return;
-        }
     }
 }
 

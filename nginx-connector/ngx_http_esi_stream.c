@@ -30,12 +30,19 @@ static ngx_int_t ngx_http_esi_stream_lost(ngx_http_esi_daemon_t *d);
 static void ngx_http_esi_stream_wake_handler(ngx_event_t *ev);
 
 
+/* filter.c's, which a woken stream runs: the stream is below the filter */
+static ngx_http_esi_process_pt  ngx_http_esi_stream_process;
+
+
 /* the streams' table and queues, and what esid's failures do to them */
 
 ngx_int_t
-ngx_http_esi_stream_register(ngx_http_esi_daemon_t *d, ngx_cycle_t *cycle)
+ngx_http_esi_stream_register(ngx_http_esi_daemon_t *d, ngx_cycle_t *cycle,
+    ngx_http_esi_process_pt process)
 {
     ngx_http_esi_answer_handler_t  *h;
+
+    ngx_http_esi_stream_process = process;
 
     ngx_rbtree_init(&d->streams, &d->sentinel, ngx_rbtree_insert_value);
     ngx_queue_init(&d->tx_wait);
@@ -212,14 +219,8 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
             return NGX_AGAIN;
         }
 
-        esi_wire_builder_init(&b, p, need);
-
-        (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
-                             ESI_WIRE_REQUEST_POINTERS, &req);
-        esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET,
-                         (uint32_t) ctx->node.key);
-        esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
-                         ESI_WIRE_REQUEST_OPEN_WHICH);
+        ngx_http_esi_daemon_request(&b, p, need, (uint32_t) ctx->node.key,
+                                    ESI_WIRE_REQUEST_OPEN_WHICH, &req);
         (void) esi_wire_set_struct(&req, ESI_WIRE_REQUEST_OPEN_PTR,
                                    ESI_WIRE_OPEN_DATA_WORDS,
                                    ESI_WIRE_OPEN_POINTERS, &open);
@@ -306,14 +307,8 @@ ngx_http_esi_stream_send(ngx_http_esi_daemon_t *d, ngx_http_esi_ctx_t *ctx)
             return NGX_AGAIN;
         }
 
-        esi_wire_builder_init(&b, p, need);
-
-        (void) esi_wire_root(&b, ESI_WIRE_REQUEST_DATA_WORDS,
-                             ESI_WIRE_REQUEST_POINTERS, &req);
-        esi_wire_set_u32(&req, ESI_WIRE_REQUEST_STREAM_OFFSET,
-                         (uint32_t) ctx->node.key);
-        esi_wire_set_u16(&req, ESI_WIRE_REQUEST_WHICH_OFFSET,
-                         ESI_WIRE_REQUEST_BODY_WHICH);
+        ngx_http_esi_daemon_request(&b, p, need, (uint32_t) ctx->node.key,
+                                    ESI_WIRE_REQUEST_BODY_WHICH, &req);
         dst = esi_wire_alloc_data(&req, ESI_WIRE_REQUEST_BODY_PTR, len);
 
         /* the one copy of the page: into the ring */
@@ -537,7 +532,7 @@ ngx_http_esi_wake(ngx_http_esi_ctx_t *ctx)
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, c->log, 0,
                    "esi wake \"%V?%V\"", &r->uri, &r->args);
 
-    rc = ngx_http_esi_filter_process(r, ctx, NULL);
+    rc = ngx_http_esi_stream_process(r, ctx, NULL);
 
     if (rc == NGX_ERROR || ngx_http_post_request(r, NULL) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_ERROR);
@@ -598,8 +593,8 @@ ngx_http_esi_request_vars(ngx_http_request_t *r, ngx_str_t *vars)
     h[ESI_WIRE_REQUEST_VARS_USER_AGENT_PTR] = mr->headers_in.user_agent;
     h[ESI_WIRE_REQUEST_VARS_REFERER_PTR] = mr->headers_in.referer;
     h[ESI_WIRE_REQUEST_VARS_ACCEPT_LANGUAGE_PTR] =
-        ngx_http_esi_filter_find_header(&mr->headers_in.headers,
-                                        "Accept-Language");
+        ngx_http_esi_surrogate_find_header(&mr->headers_in.headers,
+                                           "Accept-Language");
 
     for (i = 0; i < ESI_WIRE_REQUEST_VARS_POINTERS; i++) {
         if (h[i] && h[i]->value.len <= NGX_HTTP_ESI_VAR_MAX) {
@@ -728,10 +723,7 @@ ngx_http_esi_cookies(ngx_http_request_t *r, ngx_array_t *names, u_char *dst)
 ngx_int_t
 ngx_http_esi_stream_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
 {
-    ngx_pool_cleanup_t     *cln;
-    ngx_http_esi_daemon_t  *d;
-
-    d = &ngx_http_esi_daemon;
+    ngx_pool_cleanup_t  *cln;
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
     if (cln == NULL) {
@@ -763,9 +755,18 @@ ngx_http_esi_stream_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ctx->resume.data = ctx;
     ctx->resume.log = r->connection->log;
 
-    if (ctx->identified && ngx_http_esi_replay(ctx) == NGX_OK) {
-        return NGX_OK;
-    }
+    return NGX_OK;
+}
+
+
+/* the stream takes an id and goes to esid, from its start or its plan's */
+
+void
+ngx_http_esi_stream_start(ngx_http_esi_ctx_t *ctx)
+{
+    ngx_http_esi_daemon_t  *d;
+
+    d = &ngx_http_esi_daemon;
 
     ctx->node.key = d->next_id++;
     ngx_rbtree_insert(&d->streams, &ctx->node);
@@ -774,13 +775,11 @@ ngx_http_esi_stream_open(ngx_http_request_t *r, ngx_http_esi_ctx_t *ctx)
     ngx_queue_insert_tail(&d->tx_wait, &ctx->tx_link);
     ctx->tx_queued = 1;
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                    "esi stream %ui depth %ui", ctx->node.key, ctx->depth);
 
     ngx_http_esi_daemon_flush(d);
     ngx_http_esi_stream_timer(ctx, 0);
-
-    return NGX_OK;
 }
 
 

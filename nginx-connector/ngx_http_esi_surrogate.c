@@ -2,7 +2,8 @@
 /*
  * Copyright (C) The ESI project authors
  *
- * Surrogate-Capability upstream and Surrogate-Control.
+ * Surrogate-Capability upstream and Surrogate-Control, and the lookup of
+ * a header by name the module's files share.
  */
 
 
@@ -17,8 +18,8 @@ ngx_http_esi_surrogate_hide(ngx_http_request_t *r)
     ngx_table_elt_t  *h;
 
     for ( ;; ) {
-        h = ngx_http_esi_filter_find_header(&r->headers_out.headers,
-                                            "Surrogate-Control");
+        h = ngx_http_esi_surrogate_find_header(&r->headers_out.headers,
+                                               "Surrogate-Control");
         if (h == NULL) {
             return;
         }
@@ -231,4 +232,40 @@ ngx_http_esi_surrogate_control(ngx_http_request_t *r,
     }
 
     return sc.esi ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* the first header of that name in a list, deleted ones (hash 0) aside */
+
+ngx_table_elt_t *
+ngx_http_esi_surrogate_find_header(ngx_list_t *headers, const char *name)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    len = ngx_strlen(name);
+    part = &headers->part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash
+            && h[i].key.len == len
+            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
+        {
+            return &h[i];
+        }
+    }
 }
