@@ -82,6 +82,8 @@ ngx_http_esi_stream_writable(ngx_http_esi_daemon_t *d)
             return NGX_AGAIN;
         }
 
+        /* ngx_queue_remove() makes the next one the head */
+        /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference) */
         ngx_queue_remove(q);
         ctx->tx_queued = 0;
 
