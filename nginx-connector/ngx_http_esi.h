@@ -758,6 +758,8 @@ ngx_uint_t ngx_http_esi_purge_index_tag_header(
 
 /* ngx_http_esi_layout.c */
 ngx_int_t ngx_http_esi_layout_check(ngx_conf_t *cf);
+ngx_int_t ngx_http_esi_layout_cache_key(ngx_conf_t *cf, ngx_module_t *m,
+    ngx_uint_t *offset);
 
 
 #endif /* _NGX_HTTP_ESI_H_INCLUDED_ */

@@ -39,7 +39,10 @@ static char *ngx_http_esi_purge_tag_headers(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf,
     ngx_shm_zone_t *zone);
-static ngx_shm_zone_t *ngx_http_esi_purge_cache_zone(ngx_conf_t *cf);
+static ngx_shm_zone_t *ngx_http_esi_purge_cache_zone(ngx_conf_t *cf,
+    ngx_module_t **cache);
+static ngx_http_complex_value_t *ngx_http_esi_purge_location_key(
+    ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf, ngx_module_t *cache);
 static ngx_http_complex_value_t *ngx_http_esi_purge_proxy_key(ngx_conf_t *cf);
 #if (NGX_HTTP_SSL)
 static ngx_uint_t ngx_http_esi_purge_proxy_https(ngx_module_t *proxy,
@@ -498,7 +501,7 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_esi_purge_loc_conf_t *prev = parent;
     ngx_http_esi_purge_loc_conf_t *conf = child;
 
-    ngx_http_esi_purge_main_conf_t  *pmcf;
+    ngx_module_t  *cache;
 
     ngx_conf_merge_value(conf->soft, prev->soft, 0);
     ngx_conf_merge_uint_value(conf->response_type, prev->response_type,
@@ -511,18 +514,7 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->purge == NGX_HTTP_ESI_PURGE_METHOD) {
 
-        pmcf = ngx_http_conf_get_module_main_conf(cf,
-                                                  ngx_http_esi_purge_module);
-
-        if (conf->key == NULL) {
-            conf->key = conf->proxy ? ngx_http_esi_purge_proxy_key(cf)
-                                    : pmcf->default_key;
-            if (conf->key == NULL) {
-                return NGX_CONF_ERROR;
-            }
-        }
-
-        conf->zone = ngx_http_esi_purge_cache_zone(cf);
+        conf->zone = ngx_http_esi_purge_cache_zone(cf, &cache);
 
         if (conf->zone == NULL) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -533,6 +525,13 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                "key=KEY\" in a location of its own",
                                conf->methods->elts);
             return NGX_CONF_ERROR;
+        }
+
+        if (conf->key == NULL) {
+            conf->key = ngx_http_esi_purge_location_key(cf, conf, cache);
+            if (conf->key == NULL) {
+                return NGX_CONF_ERROR;
+            }
         }
 
         if (ngx_http_esi_purge_add_zone(cf, conf->zone) != NGX_OK) {
@@ -999,12 +998,12 @@ ngx_http_esi_purge_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone)
 
 /*
  * The cache zone of the location being merged: proxy_cache's,
- * fastcgi_cache's, ...  A dynamic module comes after them, so their
- * configuration is already merged here.
+ * fastcgi_cache's, ...; and in "cache" the module whose it is.  A dynamic
+ * module comes after them, so their configuration is already merged here.
  */
 
 static ngx_shm_zone_t *
-ngx_http_esi_purge_cache_zone(ngx_conf_t *cf)
+ngx_http_esi_purge_cache_zone(ngx_conf_t *cf, ngx_module_t **cache)
 {
     ngx_uint_t                 i, k;
     ngx_http_conf_ctx_t       *ctx;
@@ -1024,12 +1023,56 @@ ngx_http_esi_purge_cache_zone(ngx_conf_t *cf)
             ucf = ctx->loc_conf[cf->cycle->modules[i]->ctx_index];
 
             if (ucf && ucf->cache_zone) {
+                *cache = cf->cycle->modules[i];
                 return ucf->cache_zone;
             }
         }
     }
 
     return NULL;
+}
+
+
+/*
+ * The same-location form purges the key the cache module stores the
+ * location's answers under: its *_cache_key, read where
+ * ngx_http_esi_layout_cache_key() proves it is (merged already, so
+ * inherited as the module inherits it); without one, proxy's default key.
+ */
+
+static ngx_http_complex_value_t *
+ngx_http_esi_purge_location_key(ngx_conf_t *cf,
+    ngx_http_esi_purge_loc_conf_t *plcf, ngx_module_t *cache)
+{
+    ngx_uint_t                       offset;
+    ngx_http_conf_ctx_t             *ctx;
+    ngx_http_complex_value_t        *key;
+    ngx_http_esi_purge_main_conf_t  *pmcf;
+
+    switch (ngx_http_esi_layout_cache_key(cf, cache, &offset)) {
+
+    case NGX_ERROR:
+        return NULL;
+
+    case NGX_OK:
+        ctx = cf->ctx;
+        key = (ngx_http_complex_value_t *)
+                  ((u_char *) ctx->loc_conf[cache->ctx_index] + offset);
+
+        if (key->value.data) {
+            return key;
+        }
+
+        break;
+    }
+
+    if (plcf->proxy) {
+        return ngx_http_esi_purge_proxy_key(cf);
+    }
+
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_purge_module);
+
+    return pmcf->default_key;
 }
 
 
@@ -1282,6 +1325,7 @@ static ngx_int_t
 ngx_http_esi_purge_use(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf)
 {
     ngx_uint_t                       i;
+    ngx_module_t                    *cache;
     ngx_shm_zone_t                  *zone;
     ngx_http_conf_ctx_t             *ctx;
     ngx_http_core_srv_conf_t        *cscf;
@@ -1299,7 +1343,7 @@ ngx_http_esi_purge_use(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf)
 
     if (plcf->purge == NGX_HTTP_ESI_PURGE_OFF) {
         plcf = NULL;
-        zone = ngx_http_esi_purge_cache_zone(cf);
+        zone = ngx_http_esi_purge_cache_zone(cf, &cache);
 
         if (zone == NULL) {
             return NGX_OK;

@@ -385,27 +385,37 @@ class OpenPurgeWarningTest(CompatTestCase):
 
 
 class OwnCacheKeyTest(CompatTestCase):
-    """ngx_cache_purge's README sets proxy_cache_key; this module cannot
-    read it, so the location names it once more in esi_cache_purge_key, and
-    a location that does not is told, in the error log, on its first cached
-    answer."""
+    """ngx_cache_purge's README sets proxy_cache_key: the purge removes
+    what NGINX stored under it, with no other line, whether the location
+    sets it or inherits it."""
     LOCATION = """
             proxy_cache_key $uri$is_args$args;
-            esi_cache_purge_key $uri$is_args$args;
             proxy_cache_purge PURGE from 127.0.0.1;
 """
 
-    def test_the_key_named_twice_purges(self):
+    def assertOwnKeyPurged(self):
         self.stored()
-        self.assertEqual(self.purge("/p").status, 200)
+        r = self.purge("/p")
+        self.assertPurged(r, 200, "exact; count=2")
+        self.assertIn(b"Key: /p</p>", r.body)
         self.assertEqual(self.cache_files(), [])
+        self.assertNotIn("esi_cache_purge_key gives", self.error_log())
 
-    def test_without_it_the_log_says_so(self):
+    def test_the_locations_key_is_purged(self):
+        self.assertOwnKeyPurged()
+
+    def test_a_key_inherited_from_the_server_is_purged(self):
+        self.SERVER = "proxy_cache_key $uri$is_args$args;"
+        self.LOCATION = SAME
+        self.assertOwnKeyPurged()
+
+    def test_esi_cache_purge_key_still_overrides_it(self):
         self.LOCATION = """
             proxy_cache_key $uri$is_args$args;
+            esi_cache_purge_key $uri$is_args$args-other;
             proxy_cache_purge PURGE from 127.0.0.1;
 """
         self.stored()
-        self.assertIn('esi_cache_purge_key gives "http://127.0.0.1:%d/p" '
-                      'where the cache key is "/p"' % self.origin.port,
-                      self.error_log())
+        self.assertPurged(self.purge("/p"), 412, "exact; count=0")
+        self.assertIn('esi_cache_purge_key gives "/p-other" where the cache '
+                      'key is "/p"', self.error_log())
