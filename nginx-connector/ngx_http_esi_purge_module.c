@@ -33,6 +33,8 @@ static char *ngx_http_esi_purge_method(ngx_conf_t *cf,
     ngx_http_esi_purge_loc_conf_t *plcf, ngx_str_t *name);
 static char *ngx_http_esi_purge_from(ngx_conf_t *cf,
     ngx_http_esi_purge_loc_conf_t *plcf, ngx_uint_t first);
+static char *ngx_http_esi_purge_response_type(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_purge_tag_headers(ngx_conf_t *cf,
@@ -132,10 +134,45 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
 
     { ngx_string("cache_purge_response_type"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_enum_slot,
+      ngx_http_esi_purge_response_type,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_purge_loc_conf_t, response_type),
       &ngx_http_esi_purge_response_types },
+
+    { ngx_string("cache_purge_background_queue"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, queue),
+      NULL },
+
+    { ngx_string("cache_purge_queue_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, queue_size),
+      NULL },
+
+    { ngx_string("cache_purge_batch_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, batch_size),
+      NULL },
+
+    { ngx_string("cache_purge_throttle_ms"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, throttle),
+      NULL },
+
+    { ngx_string("cache_purge_vary_aware"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, vary_aware),
+      NULL },
 
     { ngx_string("cache_purge_legacy_status"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -146,7 +183,7 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
 
     { ngx_string("esi_cache_purge_response_type"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_enum_slot,
+      ngx_http_esi_purge_response_type,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_purge_loc_conf_t, response_type),
       &ngx_http_esi_purge_response_types },
@@ -381,6 +418,11 @@ ngx_http_esi_purge_create_main_conf(ngx_conf_t *cf)
 
     pmcf->index = NGX_CONF_UNSET_SIZE;
     pmcf->timeout = NGX_CONF_UNSET_MSEC;
+    pmcf->queue = NGX_CONF_UNSET;
+    pmcf->queue_size = NGX_CONF_UNSET;
+    pmcf->batch_size = NGX_CONF_UNSET;
+    pmcf->throttle = NGX_CONF_UNSET_MSEC;
+    pmcf->vary_aware = NGX_CONF_UNSET;
 
     if (ngx_array_init(&pmcf->zones, cf->pool, 4, sizeof(ngx_shm_zone_t *))
         != NGX_OK)
@@ -419,6 +461,7 @@ ngx_http_esi_purge_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_size_value(pmcf->index, 64 * 1024 * 1024);
     ngx_conf_init_msec_value(pmcf->timeout, 60000);
+    ngx_conf_init_value(pmcf->queue, 0);
 
     pmcf->default_key = ngx_http_esi_purge_compile(cf, &default_key);
     if (pmcf->default_key == NULL) {
@@ -870,6 +913,45 @@ ngx_http_esi_purge_from(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf,
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * esi_cache_purge_response_type and ngx_cache_purge's
+ * cache_purge_response_type: an enum slot, with ngx_cache_purge 3.0's
+ * message for a value it does not know
+ */
+
+static char *
+ngx_http_esi_purge_response_type(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_esi_purge_loc_conf_t *plcf = conf;
+
+    ngx_str_t        *value;
+    ngx_uint_t        i;
+    ngx_conf_enum_t  *e;
+
+    if (plcf->response_type != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (e = cmd->post, i = 0; e[i].name.len; i++) {
+        if (e[i].name.len == value[1].len
+            && ngx_strcasecmp(e[i].name.data, value[1].data) == 0)
+        {
+            plcf->response_type = e[i].value;
+            return NGX_CONF_OK;
+        }
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\", expected \"html\", "
+                       "\"json\", \"xml\" or \"text\"", &value[1]);
+
+    return NGX_CONF_ERROR;
 }
 
 
