@@ -14,7 +14,8 @@ counts"): with ESI_RESULTS_DIR set, PEER.results gets an "expect" line
 with the number of blocks the files hold, read before they run, one
 "pass" or "fail" line a block (prove's top-level TAP line of its
 subtest), and an "end" line, as integration/run_counted.py writes them.
-Exits 0 when every block passed."""
+Exits 0 when every block passed, but for EXPECTED_FAILURES, which must
+fail."""
 
 import os
 import re
@@ -42,6 +43,19 @@ PEERS = os.environ.get("ESI_PEERS_DIR", os.path.realpath(
     os.path.join(SOURCE_DIR, "..", "shared", "peers")))
 
 TAP_LINE = re.compile(r"^(not )?ok \d+ - (.*)$")
+
+# Blocks that assert what this module does otherwise, on purpose: counted
+# as passed while they fail (an expectedFailure), and as failed should they
+# pass, so that a change is seen.
+EXPECTED_FAILURES = {
+    # queue_size 1 and throttle_ms 1000ms hold the first purge in
+    # ngx_cache_purge's queue for a second, so the second finds it full
+    # and is done at once (412).  Here no purge waits: esid carries each
+    # out off the event loop as it comes, so the second is answered as the
+    # first, 202 (docs/purge.md, "Moving from ngx_cache_purge").
+    "t/background_queue.t TEST 3: queue overflow — second wildcard purge "
+    "falls back to 412",
+}
 
 
 def blocks(path):
@@ -102,17 +116,22 @@ def main():
                 cwd=root, env=env, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, universal_newlines=True)
             sys.stdout.write(prove.stdout)
-            ok = ok and prove.returncode == 0
-            for line in prove.stdout.splitlines():
-                m = TAP_LINE.match(line)
-                if m is None:
-                    continue
-                ran += 1
+            outcomes = [(m.group(1) is None, "%s %s" % (name, m.group(2)))
+                        for m in map(TAP_LINE.match,
+                                     prove.stdout.splitlines()) if m]
+            if len(outcomes) != len(blocks(os.path.join(root, name))):
+                ok = False      # the file stopped early
+            for passed, test in outcomes:
+                expected = test in EXPECTED_FAILURES
+                outcome = {(True, False): "pass", (False, False): "fail",
+                           (False, True): "xfail",
+                           (True, True): "xpass"}[passed, expected]
+                ok = ok and outcome in ("pass", "xfail")
+                print("%s: %s" % (outcome, test))
                 if record:
-                    record.write("%s\t%s.%s\n" % (
-                        "fail" if m.group(1) else "pass", NAME,
-                        "%s %s" % (name, m.group(2))))
+                    record.write("%s\t%s.%s\n" % (outcome, NAME, test))
                     record.flush()
+            ran += len(outcomes)
         if record:
             record.write("end\t%s\t%d\n" % (NAME, ran))
     finally:
