@@ -48,6 +48,29 @@ class KeptLayoutTest(NginxTest):
         self.assertEqual(code, 0, out)
         self.assertIn("test is successful", out)
 
+    def test_each_modules_cache_key_is_found_for_a_same_location_purge(self):
+        # ngx_http_esi_layout_cache_key(): the directives beside each
+        # module's cache_key store where they do in NGINX 1.22 to 1.31
+        self.HTTP = "".join(
+            "%s_cache_path %s/%s keys_zone=%s:1m;\n" % (kind, self.tmp, kind,
+                                                       kind)
+            for kind in ("fastcgi", "uwsgi", "scgi"))
+        self.LOCATIONS = "".join("""
+        location /%s/ {
+            %s_pass 127.0.0.1:9;
+            %s_cache %s;
+            %s_cache_key $uri;
+            %s_cache_purge PURGE from 127.0.0.1;
+        }
+""" % ((kind,) * 6) for kind in ("fastcgi", "uwsgi", "scgi"))
+        self.LOCATION = """
+            proxy_cache_key $uri;
+            proxy_cache_purge PURGE from 127.0.0.1;
+"""
+        code, out = self.nginx_t()
+        self.assertNotIn("ngx_http_esi_module:", out)
+        self.assertEqual(code, 0, out)
+
 
 @unittest.skipUnless(LAYOUT == "moved", "run by tests/build-matrix.sh, "
                      "nginx built from its own source")
