@@ -11,7 +11,9 @@
  * reads is compared with ngx_http_cache.h, which the module is compiled
  * with, through include/esi/cache_file.h, esid's own definition.  A layout
  * that moved is an [emerg] naming this nginx's version and what moved, and
- * "nginx -t" fails, rather than a wrong read at run time.
+ * "nginx -t" fails, rather than a wrong read at run time.  The upstream
+ * modules' *_cache_key, which only a same-location purge reads, is proved
+ * by the directives beside it when such a purge is configured.
  */
 
 
@@ -105,8 +107,10 @@ static ngx_http_esi_layout_directive_t  ngx_http_esi_layout_directives[] = {
 
 static ngx_http_esi_layout_key_t  ngx_http_esi_layout_keys[] = {
 
-    /* method, location, url, cache_key, vars (5 strings), redirect,
-     * http_version */
+    /*
+     * method, location, url, cache_key, vars (5 strings), redirect,
+     * http_version
+     */
     { "ngx_http_proxy_module",
       "proxy_method", ngx_http_set_complex_value_slot,
       sizeof(ngx_http_complex_value_t *) + 2 * sizeof(ngx_str_t),
@@ -119,8 +123,10 @@ static ngx_http_esi_layout_key_t  ngx_http_esi_layout_keys[] = {
       "fastcgi_keep_conn", ngx_conf_set_flag_slot, sizeof(ngx_flag_t),
       NULL, NULL, 0 },
 
-    /* params_source, uwsgi_lengths, uwsgi_values, cache_key, uwsgi_string,
-     * modifier1 */
+    /*
+     * params_source, uwsgi_lengths, uwsgi_values, cache_key, uwsgi_string,
+     * modifier1
+     */
     { "ngx_http_uwsgi_module",
       "uwsgi_param", ngx_http_upstream_param_set_slot,
       3 * sizeof(ngx_array_t *),

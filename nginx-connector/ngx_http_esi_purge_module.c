@@ -337,11 +337,10 @@ ngx_http_esi_purge_header_filter(ngx_http_request_t *r)
 
 
 /*
- * The same-location form purges esi_cache_purge_key, which must be the
- * location's *_cache_key (their configuration is private to each upstream
- * module): the first cached response a worker sends from the location
- * tells, and a key that differs is an error in the log, not a silent miss
- * on every purge.
+ * The same-location form purges the location's *_cache_key, or
+ * esi_cache_purge_key where set, which must be the same: the first cached
+ * response a worker sends from the location tells, and a key that differs
+ * is an error in the log, not a silent miss on every purge.
  */
 
 static void
@@ -1119,7 +1118,8 @@ ngx_http_esi_purge_cache_zone(ngx_conf_t *cf, ngx_module_t **cache)
  * The same-location form purges the key the cache module stores the
  * location's answers under: its *_cache_key, read where
  * ngx_http_esi_layout_cache_key() proves it is (merged already, so
- * inherited as the module inherits it); without one, proxy's default key.
+ * inherited as the module inherits it); without one, proxy's default key
+ * for proxy_cache_purge, else $uri$is_args$args.
  */
 
 static ngx_http_complex_value_t *
