@@ -28,7 +28,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 
-from esitest import (NGINX, DidNotStart, Process, free_port,  # noqa: E402
+from esitest import (NGINX, SANITIZER_REPORT, DidNotStart,  # noqa: E402
+                     Process, free_port, read_text, sanitizer_env,
                      start_on_socket)
 
 NAME = "peer_ngx_cache_purge"
@@ -100,7 +101,11 @@ def main():
     # integration harness reads it
     module = os.environ.get("ESI_MODULE", os.path.join(
         BUILD_DIR, "ngx_http_esi_module.so"))
-    env = dict(os.environ,
+    # a sanitized nginx (tests/run.sh's second suite) writes its reports
+    # to sanitizer.PID, as the integration harness has it
+    sanitizer_log = os.path.join(tmp, "sanitizer")
+    env = dict(sanitizer_env(sanitizer_log, os.path.join(
+                   os.path.dirname(HERE), "sanitize")),
                TEST_NGINX_BINARY=NGINX,
                TEST_NGINX_PORT=str(free_port()),
                TEST_NGINX_LOAD_MODULES="" if module == "builtin" else module,
@@ -134,6 +139,12 @@ def main():
             ran += len(outcomes)
         if record:
             record.write("end\t%s\t%d\n" % (NAME, ran))
+        for name in sorted(os.listdir(tmp)):
+            if name.startswith("sanitizer."):
+                report = read_text(os.path.join(tmp, name))
+                if SANITIZER_REPORT.search(report):
+                    sys.stderr.write("%s:\n%s\n" % (name, report))
+                    ok = False
     finally:
         if record:
             record.close()

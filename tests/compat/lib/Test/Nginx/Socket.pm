@@ -285,15 +285,24 @@ _EOC_
 }
 
 
-# nginx daemonizes once its configuration is read: its launcher's exit
-# status says whether it was, then the port answers
+# "nginx -t" says whether the configuration is good; then nginx
+# daemonizes, and the port answers.  A sanitized nginx that refuses a
+# configuration exits without freeing its first pool, NGINX's way: no leak
+# check for "nginx -t".
 
 sub start_nginx {
-    my ($stderr, $status, $deadline);
+    my ($cmd, $stderr, $status, $deadline);
 
+    $cmd = "$Binary -p $ServRoot/ -c conf/nginx.conf -e logs/error.log";
     $stderr = "$ServRoot/logs/stderr";
-    $status = system("$Binary -p $ServRoot/ -c conf/nginx.conf "
-                     . "-e logs/error.log 2>$stderr");
+
+    {
+        local $ENV{ASAN_OPTIONS} = join ':', grep { defined }
+                                       $ENV{ASAN_OPTIONS}, 'detect_leaks=0';
+        $status = system("$cmd -t 2>$stderr");
+    }
+
+    $status = system("$cmd 2>>$stderr") if $status == 0;
 
     if ($status != 0) {
         return { ok => 0, stderr => read_file($stderr) };
