@@ -425,6 +425,19 @@ typedef struct {
                                                their zones found at the end */
     ngx_array_t                uses;        /* of ngx_http_esi_purge_use_t,
                                                configuration time only */
+    ngx_flag_t                 queue;       /* cache_purge_background_queue:
+                                               wildcards answer 202 */
+
+    /*
+     * ngx_cache_purge 3.0's queue and Vary scan, validated as it does and
+     * otherwise unused: no purge waits in a queue on a worker (esid does
+     * the work off the event loop at once), and every purge removes every
+     * Vary variant
+     */
+    ngx_int_t                  queue_size;
+    ngx_int_t                  batch_size;
+    ngx_msec_t                 throttle;
+    ngx_flag_t                 vary_aware;
 } ngx_http_esi_purge_main_conf_t;
 
 
@@ -804,6 +817,8 @@ ngx_uint_t ngx_http_esi_purge_index_tag_header(
 
 /* ngx_http_esi_layout.c */
 ngx_int_t ngx_http_esi_layout_check(ngx_conf_t *cf);
+ngx_int_t ngx_http_esi_layout_cache_key(ngx_conf_t *cf, ngx_module_t *m,
+    ngx_uint_t *offset);
 
 
 /* an include failed for good: so did the innermost attempt around it */

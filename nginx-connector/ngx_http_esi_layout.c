@@ -11,7 +11,9 @@
  * reads is compared with ngx_http_cache.h, which the module is compiled
  * with, through include/esi/cache_file.h, esid's own definition.  A layout
  * that moved is an [emerg] naming this nginx's version and what moved, and
- * "nginx -t" fails, rather than a wrong read at run time.
+ * "nginx -t" fails, rather than a wrong read at run time.  The upstream
+ * modules' *_cache_key, which only a same-location purge reads, is proved
+ * by the directives beside it when such a purge is configured.
  */
 
 
@@ -46,8 +48,30 @@ typedef struct {
 } ngx_http_esi_layout_member_t;
 
 
+/*
+ * Where a module keeps its *_cache_key (an ngx_http_complex_value_t) in
+ * its location configuration, proved by the directives that store right
+ * below it and, where one does, right above: the members in between are
+ * the same in every NGINX from 1.22 to 1.31.
+ */
+
+typedef struct {
+    char                        *module;
+    char                        *below;
+    ngx_http_esi_layout_set_pt   below_set;
+    size_t                       below_gap;  /* its offset to cache_key's */
+    char                        *above;
+    ngx_http_esi_layout_set_pt   above_set;
+    size_t                       above_gap;  /* cache_key's offset to its */
+} ngx_http_esi_layout_key_t;
+
+
 static ngx_int_t ngx_http_esi_layout_directive(ngx_conf_t *cf,
     ngx_http_esi_layout_directive_t *d);
+static ngx_command_t *ngx_http_esi_layout_command(ngx_module_t *m,
+    char *name);
+static ngx_uint_t ngx_http_esi_layout_stores(ngx_command_t *cmd,
+    ngx_http_esi_layout_set_pt set);
 static ngx_int_t ngx_http_esi_layout_cache_header(ngx_conf_t *cf);
 
 
@@ -79,6 +103,56 @@ static ngx_http_esi_layout_directive_t  ngx_http_esi_layout_directives[] = {
 
     { NULL, NULL, NULL, 0, NULL }
 };
+
+
+static ngx_http_esi_layout_key_t  ngx_http_esi_layout_keys[] = {
+
+    /*
+     * method, location, url, cache_key, vars (5 strings), redirect,
+     * http_version
+     */
+    { "ngx_http_proxy_module",
+      "proxy_method", ngx_http_set_complex_value_slot,
+      sizeof(ngx_http_complex_value_t *) + 2 * sizeof(ngx_str_t),
+      "proxy_http_version", ngx_conf_set_enum_slot,
+      sizeof(ngx_http_complex_value_t) + 5 * sizeof(ngx_str_t)
+      + sizeof(ngx_flag_t) },
+
+    /* keep_conn, cache_key */
+    { "ngx_http_fastcgi_module",
+      "fastcgi_keep_conn", ngx_conf_set_flag_slot, sizeof(ngx_flag_t),
+      NULL, NULL, 0 },
+
+    /*
+     * params_source, uwsgi_lengths, uwsgi_values, cache_key, uwsgi_string,
+     * modifier1
+     */
+    { "ngx_http_uwsgi_module",
+      "uwsgi_param", ngx_http_upstream_param_set_slot,
+      3 * sizeof(ngx_array_t *),
+      "uwsgi_modifier1", ngx_conf_set_num_slot,
+      sizeof(ngx_http_complex_value_t) + sizeof(ngx_str_t) },
+
+    /* params_source, scgi_lengths, scgi_values, cache_key (the last) */
+    { "ngx_http_scgi_module",
+      "scgi_param", ngx_http_upstream_param_set_slot,
+      3 * sizeof(ngx_array_t *),
+      NULL, NULL, 0 },
+
+    { NULL, NULL, NULL, 0, NULL, NULL, 0 }
+};
+
+
+/* where NGINX publishes proxy's structure (1.30), the compiler checks it */
+
+#if (nginx_version >= 1030000 && NGX_HTTP_CACHE)
+#include <ngx_http_proxy_module.h>
+
+typedef char  ngx_http_esi_layout_proxy_key_follows_method[
+    offsetof(ngx_http_proxy_loc_conf_t, method)
+    + sizeof(ngx_http_complex_value_t *) + 2 * sizeof(ngx_str_t)
+    == offsetof(ngx_http_proxy_loc_conf_t, cache_key) ? 1 : -1];
+#endif
 
 
 #define ngx_http_esi_layout_member(member, at, size)                        \
@@ -150,15 +224,9 @@ ngx_http_esi_layout_directive(ngx_conf_t *cf,
         return NGX_OK;      /* not built: nothing of it is read */
     }
 
-    for (cmd = m->commands; cmd && cmd->name.len; cmd++) {
-        if (cmd->name.len == ngx_strlen(d->directive)
-            && ngx_strncmp(cmd->name.data, d->directive, cmd->name.len) == 0)
-        {
-            break;
-        }
-    }
+    cmd = ngx_http_esi_layout_command(m, d->directive);
 
-    if (cmd == NULL || cmd->name.len == 0) {
+    if (cmd == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "ngx_http_esi_module: " NGINX_VER "'s %s has no "
                            "\"%s\" directive, which proves where it keeps "
@@ -168,7 +236,7 @@ ngx_http_esi_layout_directive(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    if (cmd->set != d->set || cmd->conf != NGX_HTTP_LOC_CONF_OFFSET) {
+    if (!ngx_http_esi_layout_stores(cmd, d->set)) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "ngx_http_esi_module: " NGINX_VER "'s %s sets "
                            "\"%s\" otherwise than in its location "
@@ -246,4 +314,81 @@ ngx_http_esi_layout_cache_header(ngx_conf_t *cf)
     }
 
     return rc;
+}
+
+
+/*
+ * The offset of module m's *_cache_key in its location configuration, for
+ * the same-location purge form; an [emerg] naming the fix when this NGINX
+ * does not lay it out as every NGINX from 1.22 to 1.31 does.
+ */
+
+ngx_int_t
+ngx_http_esi_layout_cache_key(ngx_conf_t *cf, ngx_module_t *m,
+    ngx_uint_t *offset)
+{
+    ngx_command_t              *below, *above;
+    ngx_http_esi_layout_key_t  *k;
+
+    for (k = ngx_http_esi_layout_keys; k->module; k++) {
+        if (ngx_strcmp(m->name, k->module) == 0) {
+            break;
+        }
+    }
+
+    if (k->module == NULL) {
+        return NGX_DECLINED;
+    }
+
+    below = ngx_http_esi_layout_command(m, k->below);
+    above = k->above ? ngx_http_esi_layout_command(m, k->above) : NULL;
+
+    if (!ngx_http_esi_layout_stores(below, k->below_set)
+        || (k->above
+            && (!ngx_http_esi_layout_stores(above, k->above_set)
+                || above->offset != below->offset + k->below_gap
+                                    + k->above_gap)))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ngx_http_esi_module: " NGINX_VER "'s %s does not "
+                           "keep its cache key where \"%s\"%s%s%s prove it "
+                           "in NGINX 1.22 to 1.31, so the same-location purge "
+                           "cannot read it here: set \"esi_cache_purge_key\" "
+                           "to this location's cache key", m->name, k->below,
+                           k->above ? " and \"" : "", k->above ? k->above : "",
+                           k->above ? "\"" : "");
+        return NGX_ERROR;
+    }
+
+    *offset = below->offset + k->below_gap;
+
+    return NGX_OK;
+}
+
+
+/* module m's directive "name", or NULL */
+
+static ngx_command_t *
+ngx_http_esi_layout_command(ngx_module_t *m, char *name)
+{
+    ngx_command_t  *cmd;
+
+    for (cmd = m->commands; cmd && cmd->name.len; cmd++) {
+        if (cmd->name.len == ngx_strlen(name)
+            && ngx_strncmp(cmd->name.data, name, cmd->name.len) == 0)
+        {
+            return cmd;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* whether cmd stores in the location's configuration as NGINX's does */
+
+static ngx_uint_t
+ngx_http_esi_layout_stores(ngx_command_t *cmd, ngx_http_esi_layout_set_pt set)
+{
+    return cmd && cmd->set == set && cmd->conf == NGX_HTTP_LOC_CONF_OFFSET;
 }

@@ -51,7 +51,7 @@ static ngx_int_t ngx_http_esi_purge_respond(ngx_http_request_t *r,
 static ngx_buf_t *ngx_http_esi_purge_body(ngx_http_request_t *r,
     ngx_http_esi_purge_t *p, ngx_uint_t type);
 static u_char *ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
-    const char *what, ngx_str_t *kind);
+    const char *what, const char *star, const char *status, ngx_str_t *kind);
 static void ngx_http_esi_purge_log(ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_report(ngx_http_esi_purge_t *p);
 static void ngx_http_esi_purge_cleanup(void *data);
@@ -1126,18 +1126,35 @@ ngx_http_esi_purge_finish_handler(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_esi_purge_respond(ngx_http_request_t *r, ngx_http_esi_purge_t *p)
 {
-    u_char                         *last;
-    ngx_int_t                       rc;
-    ngx_buf_t                      *b;
-    ngx_str_t                      *kind;
-    ngx_chain_t                     out;
-    ngx_table_elt_t                *h;
-    ngx_http_esi_purge_loc_conf_t  *plcf;
+    u_char                          *last;
+    ngx_int_t                        rc;
+    ngx_buf_t                       *b;
+    ngx_str_t                       *kind;
+    ngx_chain_t                      out;
+    ngx_table_elt_t                 *h;
+    ngx_http_esi_purge_loc_conf_t   *plcf;
+    ngx_http_esi_purge_main_conf_t  *pmcf;
 
     kind = &ngx_http_esi_purge_kinds[p->kind];
 
     if (p->status == 0) {
         p->status = ngx_http_esi_purge_status(p);
+    }
+
+    /*
+     * cache_purge_background_queue: what ngx_cache_purge 3.0 would queue
+     * (a wildcard, purge_all) is answered as queued, 202, found or not,
+     * as its clients expect; esid has carried it out by now
+     */
+
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_esi_purge_module);
+
+    if (pmcf->queue
+        && (p->kind == NGX_HTTP_ESI_PURGE_PREFIX
+            || p->kind == NGX_HTTP_ESI_PURGE_ALL)
+        && (p->status == NGX_HTTP_OK || p->status == p->miss))
+    {
+        p->status = NGX_HTTP_ACCEPTED;
     }
 
     ngx_http_esi_purge_log(p);
@@ -1234,23 +1251,29 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
     uintptr_t    escape;
     ngx_buf_t   *b;
     ngx_str_t   *kind;
-    const char  *what, *status;
+    const char  *what, *star, *status;
 
     kind = &ngx_http_esi_purge_kinds[p->kind];
 
     what = p->kind == NGX_HTTP_ESI_PURGE_TAG ? "Tag"
-           : p->kind == NGX_HTTP_ESI_PURGE_PREFIX ? "Prefix"
            : p->kind == NGX_HTTP_ESI_PURGE_PATTERN ? "Pattern"
            : "Key";
 
+    /* a wildcard is shown as it was asked for, as ngx_cache_purge does */
+    star = p->kind == NGX_HTTP_ESI_PURGE_PREFIX ? "*" : "";
+
     status = p->status == NGX_HTTP_OK ? "purged"
+             : p->status == NGX_HTTP_ACCEPTED ? "queued"
              : p->status == p->miss ? "not cached"
              : p->failed ? "failed"
              : p->status == NGX_HTTP_BAD_REQUEST ? "refused"
              : "unavailable";
 
     if (type == NGX_HTTP_ESI_PURGE_JSON) {
-        escape = ngx_escape_json(NULL, p->key.data, p->key.len)
+
+        /* the key twice: ngx_cache_purge's "Key" and ours */
+
+        escape = p->key.len + 2 * ngx_escape_json(NULL, p->key.data, p->key.len)
                  + ngx_escape_json(NULL, p->error.data, p->error.len);
 
     } else if (type == NGX_HTTP_ESI_PURGE_TEXT) {
@@ -1262,7 +1285,8 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
     }
 
     len = sizeof("<html><head><title>Purge unavailable</title></head>"
-                 "<body><h1>Purge unavailable</h1><p>Prefix: </p>"
+                 "<body><h1>Purge unavailable</h1><p>Pattern: *</p>"
+                 "<p>Status: unavailable</p>"
                  "<p>wildcard: 18446744073709551615 file(s) removed</p>"
                  "<p></p><p>soft</p></body></html>" CRLF)
           + p->key.len + p->error.len + escape;
@@ -1277,8 +1301,11 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
     switch (type) {
 
     case NGX_HTTP_ESI_PURGE_JSON:
-        last = ngx_sprintf(last, "{\"status\": \"%s\", \"kind\": \"%V\", "
-                           "\"key\": \"", status, kind);
+        last = ngx_cpymem(last, "{\"Key\": \"", sizeof("{\"Key\": \"") - 1);
+        last = (u_char *) ngx_escape_json(last, p->key.data, p->key.len);
+        last = ngx_sprintf(last, "%s\", \"Status\": \"%s\", "
+                           "\"status\": \"%s\", \"kind\": \"%V\", "
+                           "\"key\": \"", star, status, status, kind);
         last = (u_char *) ngx_escape_json(last, p->key.data, p->key.len);
         last = ngx_sprintf(last, "\", \"count\": %ui, \"soft\": %s",
                            p->count, p->soft ? "true" : "false");
@@ -1312,9 +1339,9 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
         break;
 
     case NGX_HTTP_ESI_PURGE_TEXT:
-        last = ngx_sprintf(last, "%s" CRLF "%s: %V" CRLF
+        last = ngx_sprintf(last, "%s: %V%s" CRLF "Status: %s" CRLF
                            "%V: %ui file(s) removed%s" CRLF,
-                           status, what, &p->key, kind, p->count,
+                           what, &p->key, star, status, kind, p->count,
                            p->soft ? ", soft" : "");
 
         if (p->error.len) {
@@ -1324,7 +1351,7 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
         break;
 
     default: /* NGX_HTTP_ESI_PURGE_HTML */
-        last = ngx_http_esi_purge_html(last, p, what, kind);
+        last = ngx_http_esi_purge_html(last, p, what, star, status, kind);
         break;
     }
 
@@ -1338,11 +1365,12 @@ ngx_http_esi_purge_body(ngx_http_request_t *r, ngx_http_esi_purge_t *p,
 
 static u_char *
 ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
-    const char *what, ngx_str_t *kind)
+    const char *what, const char *star, const char *status, ngx_str_t *kind)
 {
     switch (p->status) {
 
     case NGX_HTTP_OK:
+    case NGX_HTTP_ACCEPTED:
         last = ngx_cpymem(last, "<html><head><title>Successful purge</title>"
                           "</head><body><h1>Successful purge</h1>",
                           sizeof("<html><head><title>Successful purge</title>"
@@ -1383,8 +1411,9 @@ ngx_http_esi_purge_html(u_char *last, ngx_http_esi_purge_t *p,
 
     last = ngx_sprintf(last, "<p>%s: ", what);
     last = (u_char *) ngx_escape_html(last, p->key.data, p->key.len);
-    last = ngx_sprintf(last, "</p><p>%V: %ui file(s) removed</p>",
-                       kind, p->count);
+    last = ngx_sprintf(last, "%s</p><p>Status: %s</p>"
+                       "<p>%V: %ui file(s) removed</p>",
+                       star, status, kind, p->count);
 
     if (p->error.len) {
         last = ngx_cpymem(last, "<p>", 3);

@@ -33,13 +33,18 @@ static char *ngx_http_esi_purge_method(ngx_conf_t *cf,
     ngx_http_esi_purge_loc_conf_t *plcf, ngx_str_t *name);
 static char *ngx_http_esi_purge_from(ngx_conf_t *cf,
     ngx_http_esi_purge_loc_conf_t *plcf, ngx_uint_t first);
+static char *ngx_http_esi_purge_response_type(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_esi_purge_tag_headers(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_esi_purge_add_zone(ngx_conf_t *cf,
     ngx_shm_zone_t *zone);
-static ngx_shm_zone_t *ngx_http_esi_purge_cache_zone(ngx_conf_t *cf);
+static ngx_shm_zone_t *ngx_http_esi_purge_cache_zone(ngx_conf_t *cf,
+    ngx_module_t **cache);
+static ngx_http_complex_value_t *ngx_http_esi_purge_location_key(
+    ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf, ngx_module_t *cache);
 static ngx_http_complex_value_t *ngx_http_esi_purge_proxy_key(ngx_conf_t *cf);
 #if (NGX_HTTP_SSL)
 static ngx_uint_t ngx_http_esi_purge_proxy_https(ngx_module_t *proxy,
@@ -129,10 +134,45 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
 
     { ngx_string("cache_purge_response_type"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_enum_slot,
+      ngx_http_esi_purge_response_type,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_purge_loc_conf_t, response_type),
       &ngx_http_esi_purge_response_types },
+
+    { ngx_string("cache_purge_background_queue"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, queue),
+      NULL },
+
+    { ngx_string("cache_purge_queue_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, queue_size),
+      NULL },
+
+    { ngx_string("cache_purge_batch_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, batch_size),
+      NULL },
+
+    { ngx_string("cache_purge_throttle_ms"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, throttle),
+      NULL },
+
+    { ngx_string("cache_purge_vary_aware"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_esi_purge_main_conf_t, vary_aware),
+      NULL },
 
     { ngx_string("cache_purge_legacy_status"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -143,7 +183,7 @@ static ngx_command_t  ngx_http_esi_purge_commands[] = {
 
     { ngx_string("esi_cache_purge_response_type"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_enum_slot,
+      ngx_http_esi_purge_response_type,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_esi_purge_loc_conf_t, response_type),
       &ngx_http_esi_purge_response_types },
@@ -297,11 +337,10 @@ ngx_http_esi_purge_header_filter(ngx_http_request_t *r)
 
 
 /*
- * The same-location form purges esi_cache_purge_key, which must be the
- * location's *_cache_key (their configuration is private to each upstream
- * module): the first cached response a worker sends from the location
- * tells, and a key that differs is an error in the log, not a silent miss
- * on every purge.
+ * The same-location form purges the location's *_cache_key, or
+ * esi_cache_purge_key where set, which must be the same: the first cached
+ * response a worker sends from the location tells, and a key that differs
+ * is an error in the log, not a silent miss on every purge.
  */
 
 static void
@@ -378,6 +417,11 @@ ngx_http_esi_purge_create_main_conf(ngx_conf_t *cf)
 
     pmcf->index = NGX_CONF_UNSET_SIZE;
     pmcf->timeout = NGX_CONF_UNSET_MSEC;
+    pmcf->queue = NGX_CONF_UNSET;
+    pmcf->queue_size = NGX_CONF_UNSET;
+    pmcf->batch_size = NGX_CONF_UNSET;
+    pmcf->throttle = NGX_CONF_UNSET_MSEC;
+    pmcf->vary_aware = NGX_CONF_UNSET;
 
     if (ngx_array_init(&pmcf->zones, cf->pool, 4, sizeof(ngx_shm_zone_t *))
         != NGX_OK)
@@ -416,6 +460,7 @@ ngx_http_esi_purge_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_size_value(pmcf->index, 64 * 1024 * 1024);
     ngx_conf_init_msec_value(pmcf->timeout, 60000);
+    ngx_conf_init_value(pmcf->queue, 0);
 
     pmcf->default_key = ngx_http_esi_purge_compile(cf, &default_key);
     if (pmcf->default_key == NULL) {
@@ -498,7 +543,7 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_esi_purge_loc_conf_t *prev = parent;
     ngx_http_esi_purge_loc_conf_t *conf = child;
 
-    ngx_http_esi_purge_main_conf_t  *pmcf;
+    ngx_module_t  *cache;
 
     ngx_conf_merge_value(conf->soft, prev->soft, 0);
     ngx_conf_merge_uint_value(conf->response_type, prev->response_type,
@@ -511,18 +556,7 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->purge == NGX_HTTP_ESI_PURGE_METHOD) {
 
-        pmcf = ngx_http_conf_get_module_main_conf(cf,
-                                                  ngx_http_esi_purge_module);
-
-        if (conf->key == NULL) {
-            conf->key = conf->proxy ? ngx_http_esi_purge_proxy_key(cf)
-                                    : pmcf->default_key;
-            if (conf->key == NULL) {
-                return NGX_CONF_ERROR;
-            }
-        }
-
-        conf->zone = ngx_http_esi_purge_cache_zone(cf);
+        conf->zone = ngx_http_esi_purge_cache_zone(cf, &cache);
 
         if (conf->zone == NULL) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -533,6 +567,13 @@ ngx_http_esi_purge_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                "key=KEY\" in a location of its own",
                                conf->methods->elts);
             return NGX_CONF_ERROR;
+        }
+
+        if (conf->key == NULL) {
+            conf->key = ngx_http_esi_purge_location_key(cf, conf, cache);
+            if (conf->key == NULL) {
+                return NGX_CONF_ERROR;
+            }
         }
 
         if (ngx_http_esi_purge_add_zone(cf, conf->zone) != NGX_OK) {
@@ -874,6 +915,45 @@ ngx_http_esi_purge_from(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf,
 }
 
 
+/*
+ * esi_cache_purge_response_type and ngx_cache_purge's
+ * cache_purge_response_type: an enum slot, with ngx_cache_purge 3.0's
+ * message for a value it does not know
+ */
+
+static char *
+ngx_http_esi_purge_response_type(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_esi_purge_loc_conf_t *plcf = conf;
+
+    ngx_str_t        *value;
+    ngx_uint_t        i;
+    ngx_conf_enum_t  *e;
+
+    if (plcf->response_type != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (e = cmd->post, i = 0; e[i].name.len; i++) {
+        if (e[i].name.len == value[1].len
+            && ngx_strcasecmp(e[i].name.data, value[1].data) == 0)
+        {
+            plcf->response_type = e[i].value;
+            return NGX_CONF_OK;
+        }
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\", expected \"html\", "
+                       "\"json\", \"xml\" or \"text\"", &value[1]);
+
+    return NGX_CONF_ERROR;
+}
+
+
 static char *
 ngx_http_esi_purge_index_conf(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -999,12 +1079,12 @@ ngx_http_esi_purge_add_zone(ngx_conf_t *cf, ngx_shm_zone_t *zone)
 
 /*
  * The cache zone of the location being merged: proxy_cache's,
- * fastcgi_cache's, ...  A dynamic module comes after them, so their
- * configuration is already merged here.
+ * fastcgi_cache's, ...; and in "cache" the module whose it is.  A dynamic
+ * module comes after them, so their configuration is already merged here.
  */
 
 static ngx_shm_zone_t *
-ngx_http_esi_purge_cache_zone(ngx_conf_t *cf)
+ngx_http_esi_purge_cache_zone(ngx_conf_t *cf, ngx_module_t **cache)
 {
     ngx_uint_t                 i, k;
     ngx_http_conf_ctx_t       *ctx;
@@ -1024,12 +1104,57 @@ ngx_http_esi_purge_cache_zone(ngx_conf_t *cf)
             ucf = ctx->loc_conf[cf->cycle->modules[i]->ctx_index];
 
             if (ucf && ucf->cache_zone) {
+                *cache = cf->cycle->modules[i];
                 return ucf->cache_zone;
             }
         }
     }
 
     return NULL;
+}
+
+
+/*
+ * The same-location form purges the key the cache module stores the
+ * location's answers under: its *_cache_key, read where
+ * ngx_http_esi_layout_cache_key() proves it is (merged already, so
+ * inherited as the module inherits it); without one, proxy's default key
+ * for proxy_cache_purge, else $uri$is_args$args.
+ */
+
+static ngx_http_complex_value_t *
+ngx_http_esi_purge_location_key(ngx_conf_t *cf,
+    ngx_http_esi_purge_loc_conf_t *plcf, ngx_module_t *cache)
+{
+    ngx_uint_t                       offset;
+    ngx_http_conf_ctx_t             *ctx;
+    ngx_http_complex_value_t        *key;
+    ngx_http_esi_purge_main_conf_t  *pmcf;
+
+    switch (ngx_http_esi_layout_cache_key(cf, cache, &offset)) {
+
+    case NGX_ERROR:
+        return NULL;
+
+    case NGX_OK:
+        ctx = cf->ctx;
+        key = (ngx_http_complex_value_t *)
+                  ((u_char *) ctx->loc_conf[cache->ctx_index] + offset);
+
+        if (key->value.data) {
+            return key;
+        }
+
+        break;
+    }
+
+    if (plcf->proxy) {
+        return ngx_http_esi_purge_proxy_key(cf);
+    }
+
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_esi_purge_module);
+
+    return pmcf->default_key;
 }
 
 
@@ -1282,6 +1407,7 @@ static ngx_int_t
 ngx_http_esi_purge_use(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf)
 {
     ngx_uint_t                       i;
+    ngx_module_t                    *cache;
     ngx_shm_zone_t                  *zone;
     ngx_http_conf_ctx_t             *ctx;
     ngx_http_core_srv_conf_t        *cscf;
@@ -1299,7 +1425,7 @@ ngx_http_esi_purge_use(ngx_conf_t *cf, ngx_http_esi_purge_loc_conf_t *plcf)
 
     if (plcf->purge == NGX_HTTP_ESI_PURGE_OFF) {
         plcf = NULL;
-        zone = ngx_http_esi_purge_cache_zone(cf);
+        zone = ngx_http_esi_purge_cache_zone(cf, &cache);
 
         if (zone == NULL) {
             return NGX_OK;

@@ -21,6 +21,7 @@ packages=(
     ngtcp2-client libnghttp3-dev
     redis-server fcgiwrap libhiredis-dev uwsgi-core uwsgi-plugin-python3
     python3-prometheus-client
+    libtest-base-perl
 )
 
 missing=()

@@ -17,6 +17,9 @@
 #            configurations and follows the cache file header's version:
 #            "nginx -t" must fail naming each layout that moved (every other
 #            variant, built from its own source, must pass it)
+#   movedkey dynamic module; the source patched so that a member more
+#            comes before the proxy module's cache key: "nginx -t" passes,
+#            but for a same-location purge, where it names the fix
 #   VERSION  each tarball's nginx with the module as a dynamic module, the
 #            newest (mainline) with nginx.org's package arguments and
 #            --with-debug (nginx.org's nginx-debug), the others with the
@@ -61,7 +64,7 @@ fail() { failed=$((failed + 1)); echo "build-matrix: FAILED $*"; }
 
 if [ ! -x "$build/esid" ] || [ ! -f "$build/proto/c/esi_wire_layout.h" ]; then
     echo "build-matrix: no built esid in $build (cmake --build $build)"
-    echo "build-matrix: 0 passed, 8 failed, 0 skipped"
+    echo "build-matrix: 0 passed, 10 failed, 0 skipped"
     exit 1
 fi
 
@@ -70,7 +73,7 @@ fi
 if [ ! -f "$matrix/source/src/configure" ]; then
     if ! bash tests/sanitize/nginx.sh fetch "$matrix/source"; then
         echo "build-matrix: could not fetch nginx's source"
-        echo "build-matrix: 0 passed, 8 failed, 0 skipped"
+        echo "build-matrix: 0 passed, 10 failed, 0 skipped"
         exit 1
     fi
 fi
@@ -97,6 +100,7 @@ common=(
 )
 debian=$matrix/source/src
 moved=$matrix/moved-source
+movedkey=$matrix/movedkey-source
 
 # The private structures the module reads (docs/architecture.md, "What the module reads
 # of NGINX's private structures"), each with a member more where the module
@@ -124,16 +128,35 @@ move_layouts() {
     done
 }
 
-# Debian's source with its layouts moved, made again (and its variant
-# rebuilt) when this script changes.
-moved_stamp=$(sha256sum "$0" | cut -d' ' -f1)
-if [ "$(cat "$moved/stamp" 2>/dev/null)" != "$moved_stamp" ]; then
-    rm -rf "$moved" "$matrix/moved"
-    cp -a "$debian" "$moved"
-    if move_layouts "$moved"; then
-        echo "$moved_stamp" >"$moved/stamp"
+# The proxy module's cache key, which only a same-location purge reads
+# (ngx_http_esi_layout_cache_key()), with a member more before it: nothing
+# else moves, so "nginx -t" passes but where such a purge is configured.
+move_cache_key() {
+    local proxy=$1/src/http/modules/ngx_http_proxy_module.h
+    [ -f "$proxy" ] || proxy=$1/src/http/modules/ngx_http_proxy_module.c
+    perl -0pi -e 's/(\n\s+ngx_str_t\s+url;\n)/$1    ngx_uint_t esi_moved;\n/' \
+        "$proxy" || return 1
+    if [ "$(grep -c esi_moved "$proxy")" != 1 ]; then
+        echo "build-matrix: movedkey: $proxy not patched once"
+        return 1
     fi
-fi
+}
+
+# Debian's source with its layouts moved (DIR, by FUNCTION), made again
+# (and its variant rebuilt) when this script changes.
+moved_stamp=$(sha256sum "$0" | cut -d' ' -f1)
+prepare_moved() {
+    local dir=$1 move=$2 name=$3
+    if [ "$(cat "$dir/stamp" 2>/dev/null)" != "$moved_stamp" ]; then
+        rm -rf "$dir" "${matrix:?}/$name"
+        cp -a "$debian" "$dir"
+        if "$move" "$dir"; then
+            echo "$moved_stamp" >"$dir/stamp"
+        fi
+    fi
+}
+prepare_moved "$moved" move_layouts moved
+prepare_moved "$movedkey" move_cache_key movedkey
 
 # name | source | dynamic or static | more configure flags | zlib (1/0) |
 # layouts (kept: NGINX's own source; moved) | tests
@@ -142,6 +165,7 @@ variants=(
     "nozlib|$debian|dynamic|--without-http_gzip_module|0|kept|test_markup test_headers test_build_matrix test_layout"
     "static|$debian|static|--with-http_gunzip_module|1|kept|test_markup test_headers test_cache test_gzip test_defaults test_layout"
     "moved|$moved|dynamic||1|moved|test_layout"
+    "movedkey|$movedkey|dynamic||1|movedkey|test_layout"
 )
 tarballs=$(ls "$sources"/nginx-*.tar.gz 2>/dev/null | sort -V)
 newest=$(tail -n 1 <<<"$tarballs")
@@ -183,7 +207,9 @@ fi
 build_variant() {
     local name=$1 source=$2 link=$3 flags=$4 zlib=$5
     local dir=$matrix/$name
-    [ -f "$source/stamp" ] || [ "$source" != "$moved" ] || return 1
+    [ -f "$source/stamp" ] ||
+        { [ "$source" != "$moved" ] && [ "$source" != "$movedkey" ]; } ||
+        return 1
     local opts=(--out "$dir" --build-dir "$build" --cc-opt "-g -O1")
     case $link in
         static) opts+=(--static) ;;
@@ -203,7 +229,7 @@ build_variant() {
     esac
     # Debian's source gets the minimal module list; a tarball the flags as
     # given.
-    case $source in "$debian"|"$moved") extra=("${common[@]}") ;; esac
+    case $source in "$debian"|"$moved"|"$movedkey") extra=("${common[@]}") ;; esac
     # shellcheck disable=SC2206
     extra+=($flags)
     if ! ESI_JOBS=$jobs bash packaging/build-module.sh "${opts[@]}" \

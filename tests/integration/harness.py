@@ -36,9 +36,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "support"))
 # The tests import free_port, poll, STOP_BOUND and the rest from here.
 from esitest import (  # noqa: E402,F401
-    NGINX, STOP_BOUND, DidNotStart, Process, SlowClient, SlowClients,
-    esid_bound_kib, fill, free_port, has_tcp_connections, held_socket,
-    memory_kib, nginx_fd_counts, open_fds, poll, sanitized, start_nginx,
+    NGINX, SANITIZER_REPORT, STOP_BOUND, DidNotStart, Process, SlowClient,
+    SlowClients, esid_bound_kib, fill, free_port, has_tcp_connections,
+    held_socket, memory_kib, nginx_fd_counts, open_fds, poll, sanitized,
+    sanitizer_env, start_nginx,
     start_on_socket, start_on_port, tcp_port_answers, tcp_states,
     unix_socket_answers, worker_bound_kib, worker_pids)
 from esitest import read_text as _read  # noqa: E402
@@ -84,8 +85,7 @@ ESID_PROCESS = re.compile(r"(?:[^-]+-)?esid")
 # A crashed or misbehaving worker shows up as one of these in error.log.
 CRASH_RE = re.compile(
     r"exited on signal|core dumped|\[alert\]|\[emerg\]")
-SANITIZER_RE = re.compile(
-    r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
+SANITIZER_RE = SANITIZER_REPORT
 # A sanitized nginx (ESI_SANITIZE builds) writes ASan's and LSan's reports,
 # master's and workers', to sanitizer.<pid> in the test's temp dir; UBSan's
 # go to stderr, which nginx points at error.log.
@@ -445,16 +445,8 @@ class EsiTestCase(unittest.TestCase):
 
     def sanitizer_env(self):
         """The environment with sanitizer reports going to the temp dir."""
-        env = dict(os.environ)
-        log = "log_path=" + os.path.join(self.tmp, SANITIZER_LOG)
-        for tool in ("asan", "lsan", "ubsan"):
-            name = tool.upper() + "_OPTIONS"
-            options = [env.get(name), log if tool != "lsan" else None]
-            supp = os.path.join(SANITIZER_SUPP, tool + ".supp")
-            if os.path.exists(supp):
-                options += ["suppressions=" + supp, "print_suppressions=0"]
-            env[name] = ":".join(filter(None, options))
-        return env
+        return sanitizer_env(os.path.join(self.tmp, SANITIZER_LOG),
+                             SANITIZER_SUPP)
 
     def nginx_conf(self, tmp=None, socket_path=None, port=None):
         snippets = {

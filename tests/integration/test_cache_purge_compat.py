@@ -172,6 +172,7 @@ class OnAndPurgeAllTest(CompatTestCase):
         self.assertEqual(r.header("Content-Type"), "application/json")
         self.assertEqual(r.header("Cache-Purge-Result"), "all; count=4")
         self.assertEqual(json.loads(r.body), {
+            "Key": "", "Status": "purged",
             "status": "purged", "kind": "all", "key": "", "count": 4,
             "soft": False})
         self.assertEqual(self.cache_files(), [])
@@ -237,6 +238,60 @@ class ConfigurationTest(CompatTestCase):
                 ["nginx: [emerg] " + emerg + (
                     "%s:%d" % self.where(bad) if emerg.endswith(" in ")
                     else "")], bad)
+
+
+    def test_ngx_cache_purge_3s_settings_and_their_errors(self):
+        """its queue settings are accepted (they have no work here), with
+        its errors for bad values"""
+        self.HTTP = ("cache_purge_background_queue on; "
+                     "cache_purge_queue_size 2048; cache_purge_batch_size 20; "
+                     "cache_purge_throttle_ms 25ms; "
+                     "cache_purge_vary_aware off; "
+                     "cache_purge_response_type json;")
+        code, out = self.nginx_t(SAME)
+        self.assertEqual(code, 0, out)
+        for http, location, emerg in (
+                ("cache_purge_queue_size -1;", SAME,
+                 '"cache_purge_queue_size" directive invalid number in '),
+                ("cache_purge_batch_size many;", SAME,
+                 '"cache_purge_batch_size" directive invalid number in '),
+                ("", "cache_purge_response_type invalid;" + SAME,
+                 'invalid parameter "invalid", expected "html", "json", '
+                 '"xml" or "text" in ')):
+            self.HTTP = http
+            code, out = self.nginx_t(location)
+            bad = http or location
+            self.assertNotEqual(code, 0, bad)
+            self.assertEqual(
+                [l for l in out.splitlines() if "[emerg]" in l],
+                ["nginx: [emerg] %s%s:%d" % ((emerg,) + self.where(
+                    bad.split(";")[0]))], bad)
+
+
+class BackgroundQueueTest(CompatTestCase):
+    """cache_purge_background_queue on: a wildcard and purge_all are
+    answered as ngx_cache_purge 3.0 answers what it queues, 202 "queued",
+    found or not; here esid has carried them out by then, and
+    Cache-Purge-Result says what went.  An exact purge is answered as
+    always."""
+    HTTP = "cache_purge_background_queue on;"
+
+    def test_a_wildcard_is_answered_queued_and_done(self):
+        self.stored("/p")
+        r = self.purge("/p*")
+        self.assertPurged(r, 202, "wildcard; count=2")
+        self.assertIn(("<p>Key: %s/p*</p><p>Status: queued</p>"
+                       % self.default_key).encode(), r.body)
+        self.assertEqual(self.cache_files(), [])
+        self.assertPurged(self.purge("/p*"), 202, "wildcard; count=0")
+
+    def test_an_exact_purge_is_answered_as_always(self):
+        self.stored("/p")
+        r = self.purge("/p")
+        self.assertPurged(r, 200, "exact; count=2")
+        self.assertIn(("<p>Key: %s/p</p><p>Status: purged</p>"
+                       % self.default_key).encode(), r.body)
+        self.assertPurged(self.purge("/p"), 412, "exact; count=0")
 
 
 class OpenPurgeWarningTest(CompatTestCase):
@@ -385,27 +440,37 @@ class OpenPurgeWarningTest(CompatTestCase):
 
 
 class OwnCacheKeyTest(CompatTestCase):
-    """ngx_cache_purge's README sets proxy_cache_key; this module cannot
-    read it, so the location names it once more in esi_cache_purge_key, and
-    a location that does not is told, in the error log, on its first cached
-    answer."""
+    """ngx_cache_purge's README sets proxy_cache_key: the purge removes
+    what NGINX stored under it, with no other line, whether the location
+    sets it or inherits it."""
     LOCATION = """
             proxy_cache_key $uri$is_args$args;
-            esi_cache_purge_key $uri$is_args$args;
             proxy_cache_purge PURGE from 127.0.0.1;
 """
 
-    def test_the_key_named_twice_purges(self):
+    def assertOwnKeyPurged(self):
         self.stored()
-        self.assertEqual(self.purge("/p").status, 200)
+        r = self.purge("/p")
+        self.assertPurged(r, 200, "exact; count=2")
+        self.assertIn(b"Key: /p</p>", r.body)
         self.assertEqual(self.cache_files(), [])
+        self.assertNotIn("esi_cache_purge_key gives", self.error_log())
 
-    def test_without_it_the_log_says_so(self):
+    def test_the_locations_key_is_purged(self):
+        self.assertOwnKeyPurged()
+
+    def test_a_key_inherited_from_the_server_is_purged(self):
+        self.SERVER = "proxy_cache_key $uri$is_args$args;"
+        self.LOCATION = SAME
+        self.assertOwnKeyPurged()
+
+    def test_esi_cache_purge_key_still_overrides_it(self):
         self.LOCATION = """
             proxy_cache_key $uri$is_args$args;
+            esi_cache_purge_key $uri$is_args$args-other;
             proxy_cache_purge PURGE from 127.0.0.1;
 """
         self.stored()
-        self.assertIn('esi_cache_purge_key gives "http://127.0.0.1:%d/p" '
-                      'where the cache key is "/p"' % self.origin.port,
-                      self.error_log())
+        self.assertPurged(self.purge("/p"), 412, "exact; count=0")
+        self.assertIn('esi_cache_purge_key gives "/p-other" where the cache '
+                      'key is "/p"', self.error_log())

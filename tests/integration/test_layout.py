@@ -5,7 +5,9 @@ built from its own source, where `nginx -t` passes; "moved" for one whose
 gzip filter and proxy module have a member more at the start of their
 location configuration and whose cache file header has one after its
 version, where `nginx -t` fails naming each of them and this nginx's
-version.  Skipped anywhere else."""
+version; "movedkey" for one whose proxy module has a member more before its
+cache key, which only a same-location purge reads.  Skipped anywhere
+else."""
 
 import os
 import re
@@ -33,6 +35,26 @@ class NginxTest(EsiTestCase):
             stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
         return r.returncode, r.stderr.decode()
 
+    def purge_in_each_module(self, proxy=""):
+        """A same-location purge in a location of each upstream module
+        with a cache key of its own (the proxy one with `proxy` more)."""
+        self.HTTP = "".join(
+            "%s_cache_path %s/%s keys_zone=%s:1m;\n" % (kind, self.tmp, kind,
+                                                       kind)
+            for kind in ("fastcgi", "uwsgi", "scgi"))
+        self.LOCATIONS = "".join("""
+        location /%s/ {
+            %s_pass 127.0.0.1:9;
+            %s_cache %s;
+            %s_cache_key $uri;
+            %s_cache_purge PURGE from 127.0.0.1;
+        }
+""" % ((kind,) * 6) for kind in ("fastcgi", "uwsgi", "scgi"))
+        self.LOCATION = """
+            proxy_cache_key $uri;
+            proxy_cache_purge PURGE from 127.0.0.1;
+""" + proxy
+
     def version(self):
         r = subprocess.run([NGINX, "-v"], capture_output=True, timeout=30)
         return re.search(r"nginx/[0-9.]+", r.stderr.decode()).group(0)
@@ -47,6 +69,14 @@ class KeptLayoutTest(NginxTest):
         self.assertNotIn("ngx_http_esi_module:", out)
         self.assertEqual(code, 0, out)
         self.assertIn("test is successful", out)
+
+    def test_each_modules_cache_key_is_found_for_a_same_location_purge(self):
+        # ngx_http_esi_layout_cache_key(): the directives beside each
+        # module's cache_key store where they do in NGINX 1.22 to 1.31
+        self.purge_in_each_module()
+        code, out = self.nginx_t()
+        self.assertNotIn("ngx_http_esi_module:", out)
+        self.assertEqual(code, 0, out)
 
 
 @unittest.skipUnless(LAYOUT == "moved", "run by tests/build-matrix.sh, "
@@ -115,6 +145,38 @@ class MovedLayoutTest(NginxTest):
         self.assertEqual(len(lines), 1 + 2 + 5 + 1, self.out)
         for module in ("fastcgi", "uwsgi", "scgi"):
             self.assertNotIn("ngx_http_%s_module" % module, self.out)
+
+
+
+@unittest.skipUnless(LAYOUT == "movedkey", "run by tests/build-matrix.sh "
+                     "against the nginx whose proxy cache key it moved")
+class MovedKeyLayoutTest(NginxTest):
+    """A member more before the proxy module's cache key, which only the
+    same-location purge reads: nginx -t passes without one, and names the
+    fix with one."""
+
+    def test_nginx_t_passes_without_a_same_location_purge(self):
+        code, out = self.nginx_t()
+        self.assertNotIn("ngx_http_esi_module:", out)
+        self.assertEqual(code, 0, out)
+
+    def test_a_same_location_purge_of_proxy_cache_names_the_fix(self):
+        self.purge_in_each_module()
+        code, out = self.nginx_t()
+        self.assertNotEqual(code, 0, out)
+        self.assertRegex(
+            out, r"\[emerg\] ngx_http_esi_module: %s's ngx_http_proxy_module "
+            r'does not keep its cache key where "proxy_method" and '
+            r'"proxy_http_version" prove it in NGINX 1.22 to 1.31, so the '
+            r"same-location purge cannot read it here: set "
+            r'"esi_cache_purge_key" to this location\'s cache key in '
+            r"\S+nginx\.conf:\d+\n" % re.escape(self.version()))
+
+    def test_esi_cache_purge_key_is_the_fix(self):
+        self.purge_in_each_module(proxy="esi_cache_purge_key $uri;")
+        code, out = self.nginx_t()
+        self.assertNotIn("ngx_http_esi_module:", out)
+        self.assertEqual(code, 0, out)
 
 
 if __name__ == "__main__":

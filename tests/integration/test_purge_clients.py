@@ -300,6 +300,7 @@ class ResponseTypeTest(ClientTestCase):
         r = self.answer("json", "/r")
         self.assertEqual(r.header("Content-Type"), "application/json")
         self.assertEqual(json.loads(r.body), {
+            "Key": "/r", "Status": "purged",    # ngx_cache_purge 3.0's
             "status": "purged", "kind": "exact", "key": "/r", "count": 1,
             "soft": False})
 
@@ -322,7 +323,7 @@ class ResponseTypeTest(ClientTestCase):
         r = self.purge("/never")
         self.assertEqual(r.status, 404)
         self.assertEqual(r.header("Content-Type"), "text/plain")
-        self.assertEqual(r.body, b"not cached\r\nKey: /never\r\n"
+        self.assertEqual(r.body, b"Key: /never\r\nStatus: not cached\r\n"
                                  b"exact: 0 file(s) removed\r\n")
 
 

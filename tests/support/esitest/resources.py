@@ -104,6 +104,27 @@ def sanitized(path):
         return False
 
 
+# What a sanitizer's report says, wherever it went.
+SANITIZER_REPORT = re.compile(
+    r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:")
+
+
+def sanitizer_env(log_path, suppressions):
+    """os.environ with ASan's (LSan's with it) and UBSan's reports going
+    to log_path.PID, and each tool's suppressions from
+    suppressions/TOOL.supp where there is one."""
+    env = dict(os.environ)
+    log = "log_path=" + log_path
+    for tool in ("asan", "lsan", "ubsan"):
+        name = tool.upper() + "_OPTIONS"
+        options = [env.get(name), log if tool != "lsan" else None]
+        supp = os.path.join(suppressions, tool + ".supp")
+        if os.path.exists(supp):
+            options += ["suppressions=" + supp, "print_suppressions=0"]
+        env[name] = ":".join(filter(None, options))
+    return env
+
+
 def nginx_fd_counts(master, esid=None):
     """Open fds of an nginx master, of each of its workers (sorted) and of
     esid (when given); less the channels NGINX keeps to its other
