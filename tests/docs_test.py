@@ -1,9 +1,10 @@
 """The documentation against the code (ctest: docs.reference, docs.troubleshoot).
 
 Reference: every directive of the module's ngx_command_t tables
-(nginx-connector/*.c) and every esid setting (daemon/esid/settings.cc) and
-flag (daemon/esid/main.cc) has its row in docs/reference.md, and every row
-there names one that still exists.
+(nginx-connector/*.c) and every esid setting and flag (the table kSettings,
+daemon/esid/settings.cc, and the flags that are no setting, main.cc) has its
+row in docs/reference.md, with the table's default, and every row there
+names one that still exists.
 
 Troubleshoot: every line the module logs at warn or above
 (ngx_log_error/ngx_conf_log_error at NGX_LOG_EMERG, ALERT, CRIT, ERR, WARN)
@@ -52,20 +53,34 @@ def module_directives():
     return found
 
 
+def esid_setting_rows():
+    """The rows of esid's table of settings (kSettings, settings.cc): for
+    each key, its flag and its default ("" for none)."""
+    text = read("daemon/esid/settings.cc")
+    table = re.search(r"SettingSpec kSettingTable\[\] = \{(.*?)\n\};", text, re.S).group(1)
+    rows = {}
+    for row in re.split(r"\bsetting<", table)[1:]:
+        fields = dict(re.findall(r'\.(key|flag|value) = "([^"]*)"', row))
+        rows[fields["key"]] = (fields.get("flag", ""), fields.get("value", ""))
+    return rows
+
+
 def esid_settings():
-    """The settings file's keys (settings.cc) and esid's flags (main.cc)."""
-    settings = read("daemon/esid/settings.cc")
-    keys = set(re.findall(r'\bkey == "([a-z_]+)"', settings))
+    """The settings file's keys and esid's flags: the table's, and main.cc's
+    that are no setting (--config, --version)."""
+    rows = esid_setting_rows()
     main = read("daemon/esid/main.cc")
     flags = set(re.findall(r'add_(?:option|flag)\(\s*"(--[a-z-]+)', main))
     flags |= set(re.findall(r'set_version_flag\(\s*"(--[a-z-]+)', main))
-    return keys, flags
+    flags |= {flag for flag, _ in rows.values() if flag}
+    return set(rows), flags
 
 
 def documented():
     """First-column names of docs/reference.md's tables: directives before
-    the heading "esid settings and flags", settings and flags after it."""
-    directives, settings, flags = set(), set(), set()
+    the heading "esid settings and flags", settings (with their default
+    column) and flags after it."""
+    directives, settings, flags = set(), {}, set()
     part = directives
     for line in read("docs/reference.md").splitlines():
         if line.startswith("#"):
@@ -73,11 +88,13 @@ def documented():
             continue
         if not line.startswith("| `") and not line.startswith("| --"):
             continue
-        first = re.split(r"(?<!\\)\|", line)[1]
-        for code in re.findall(r"`([^`]+)`", first):
+        cells = re.split(r"(?<!\\)\|", line)
+        for code in re.findall(r"`([^`]+)`", cells[1]):
             name = code.split()[0]
             if name.startswith("--"):
                 flags.add(name)
+            elif part is settings:
+                settings[name] = cells[2].strip()
             else:
                 part.add(name)
     return directives, settings, flags
@@ -93,6 +110,8 @@ class Reference(unittest.TestCase):
         keys, flags = esid_settings()
         self.assertGreater(len(keys), 15)
         self.assertGreater(len(flags), 10)
+        defaults = [value for _, value in esid_setting_rows().values() if value]
+        self.assertGreater(len(defaults), 8)
 
     def test_every_directive_documented(self):
         code = module_directives()
@@ -106,14 +125,21 @@ class Reference(unittest.TestCase):
 
     def test_every_setting_documented(self):
         keys, flags = esid_settings()
-        self.assertEqual(sorted(keys - self.doc_settings), [],
-                         "esid settings (settings.cc) without a row in docs/reference.md")
+        self.assertEqual(sorted(keys - set(self.doc_settings)), [],
+                         "esid settings (kSettings) without a row in docs/reference.md")
         self.assertEqual(sorted(flags - self.doc_flags), [],
-                         "esid flags (main.cc) without a row in docs/reference.md")
+                         "esid flags without a row in docs/reference.md")
+
+    def test_every_setting_documented_with_its_default(self):
+        wrong = sorted("%s: the table says %s, the page %s" % (key, value, self.doc_settings[key])
+                       for key, (_, value) in esid_setting_rows().items()
+                       if value and key in self.doc_settings
+                       and "`%s`" % value != self.doc_settings[key])
+        self.assertEqual(wrong, [], "esid defaults that docs/reference.md does not give")
 
     def test_every_documented_setting_exists(self):
         keys, flags = esid_settings()
-        self.assertEqual(sorted(self.doc_settings - keys), [],
+        self.assertEqual(sorted(set(self.doc_settings) - keys), [],
                          "settings in docs/reference.md that esid no longer reads")
         self.assertEqual(sorted(self.doc_flags - flags), [],
                          "flags in docs/reference.md that esid no longer takes")

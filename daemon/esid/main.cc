@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -72,54 +73,22 @@ void onStop(uv_signal_t* handle, int signum) {
 
 // Logs the values of the file that the command line overrides.
 void logOverrides(const esi::SettingsLayer& file, const esi::SettingsLayer& commandLine) {
-  if (file.socketPath && commandLine.socketPath) {
-    spdlog::info("--socket overrides socket in the config file");
-  }
-  if (file.socketGroup && commandLine.socketGroup) {
-    spdlog::info("--socket-group overrides socket_group in the config file");
-  }
-  if (file.socketMode && commandLine.socketMode) {
-    spdlog::info("--socket-mode overrides socket_mode in the config file");
-  }
-  if (file.ringSize && commandLine.ringSize) {
-    spdlog::info("--ring-size overrides ring_size in the config file");
-  }
-  if (file.segmentArena && commandLine.segmentArena) {
-    spdlog::info("--segment-arena overrides segment_arena in the config file");
-  }
-  if (file.planStore && commandLine.planStore) {
-    spdlog::info("--plan-store overrides plan_store in the config file");
-  }
-  if (file.logLevel && commandLine.logLevel) {
-    spdlog::info("--log-level overrides log_level in the config file");
-  }
-  if (file.controlGroup && commandLine.controlGroup) {
-    spdlog::info("--control-group overrides control_group in the config file");
-  }
-  if (file.fleet && commandLine.fleet) {
-    spdlog::info("--fleet overrides fleet in the config file");
-  }
-  if (file.fleetNode && commandLine.fleetNode) {
-    spdlog::info("--fleet-node overrides fleet_node in the config file");
-  }
-  if (file.stateDir && commandLine.stateDir) {
-    spdlog::info("--state-dir overrides state_dir in the config file");
-  }
-  if (file.metrics && commandLine.metrics) {
-    spdlog::info("--metrics overrides metrics in the config file");
+  for (const esi::SettingSpec& spec : esi::kSettings) {
+    if (file.has(spec) && commandLine.has(spec)) {
+      spdlog::info("{} overrides {} in the config file", spec.flag, spec.key);
+    }
   }
 }
 
 // The fleet's options from the settings; nullopt without a fleet.  Throws
 // std::invalid_argument saying what is wrong.
 std::optional<esi::FleetOptions> fleetOptions(const esi::Settings& settings) {
-  const esi::FleetSettings& fleet = settings.fleet;
-  if (fleet.url.empty()) return std::nullopt;
+  if (settings.fleet.empty()) return std::nullopt;
   esi::FleetOptions options;
-  options.redis = esi::parseRedisUrl(fleet.url);
-  options.redis.user = fleet.user;
-  options.redis.password = fleet.password;
-  options.node = fleet.node;
+  options.redis = esi::parseRedisUrl(settings.fleet);
+  options.redis.user = settings.fleetUser;
+  options.redis.password = settings.fleetPassword;
+  options.node = settings.fleetNode;
   if (options.node.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -129,14 +98,14 @@ std::optional<esi::FleetOptions> fleetOptions(const esi::Settings& settings) {
     throw std::invalid_argument("fleet_node \"" + options.node +
                                 "\": 1 to 255 letters, digits and .-_: please");
   }
-  if (fleet.stream.empty() || fleet.stream.size() > 200) {
+  if (settings.fleetStream.empty() || settings.fleetStream.size() > 200) {
     throw std::invalid_argument("fleet_stream: 1 to 200 bytes");
   }
-  options.stream = fleet.stream;
-  options.stateDir = fleet.stateDir;
-  options.onGap = fleet.onGap == "log" ? esi::GapAction::kLog : esi::GapAction::kPurgeAll;
-  options.maxEntries = fleet.maxEntries;
-  options.queueLimit = fleet.queue;
+  options.stream = settings.fleetStream;
+  options.stateDir = settings.stateDir;
+  options.onGap = settings.fleetOnGap == "log" ? esi::GapAction::kLog : esi::GapAction::kPurgeAll;
+  options.maxEntries = settings.fleetMaxEntries;
+  options.queueLimit = settings.fleetQueue;
   return options;
 }
 
@@ -155,34 +124,12 @@ void onHangup(uv_signal_t* handle, int) {
     spdlog::error("SIGHUP: {}; keeping the current settings", e.what());
     return;
   }
-  esi::Settings next = esi::Settings::resolve(file, reload->commandLine);
-  if (next.socketPath != reload->current.socketPath) {
-    spdlog::warn("SIGHUP: the socket changes only when esid restarts; still on {}",
-                 reload->server->describe());
-    next.socketPath = reload->current.socketPath;
-  }
-  if (next.socketGroup != reload->current.socketGroup ||
-      next.socketMode.value_or(esi::kDefaultSocketMode) !=
-          reload->current.socketMode.value_or(esi::kDefaultSocketMode)) {
-    spdlog::warn("SIGHUP: the socket's group and mode change only when esid restarts; "
-                 "still {}", reload->server->describe());
-    next.socketGroup = reload->current.socketGroup;
-    next.socketMode = reload->current.socketMode;
-  }
-  if (next.segmentArena != reload->current.segmentArena) {
-    spdlog::warn("SIGHUP: the segment arena's size changes only when esid restarts; "
-                 "still {} bytes", reload->current.segmentArena);
-    next.segmentArena = reload->current.segmentArena;
-  }
-  if (next.fleet != reload->current.fleet) {
-    spdlog::warn("SIGHUP: the fleet's settings (fleet, fleet_*, state_dir) change only when "
-                 "esid restarts");
-    next.fleet = reload->current.fleet;
-  }
-  if (next.metrics != reload->current.metrics) {
-    spdlog::warn("SIGHUP: metrics changes only when esid restarts; still {}",
-                 reload->current.metrics.empty() ? "off" : reload->current.metrics);
-    next.metrics = reload->current.metrics;
+  std::vector<const esi::SettingSpec*> kept;
+  const esi::Settings next = esi::keepUntilRestart(
+      reload->current, esi::Settings::resolve(file, reload->commandLine), kept);
+  for (const esi::SettingSpec* spec : kept) {
+    spdlog::warn("SIGHUP: {} changes only when esid restarts; still {}", spec->key,
+                 esi::showSetting(*spec, reload->current));
   }
   const auto changes = esi::describeChanges(reload->current, next);
   if (changes.empty()) {
@@ -211,86 +158,29 @@ void onHangup(uv_signal_t* handle, int) {
 // std::terminate's abort.
 int main(int argc, char** argv) try {
   CLI::App app{"esid: Edge Side Includes daemon for NGINX"};
-  std::string configPath, socketPath, socketGroup, socketMode, ringSize, segmentArena, planStore,
-      level, group, fleetUrl, fleetNode, stateDir, metrics;
+  std::string configPath;
   bool checkOnly = false;
   app.add_option("--config", configPath,
                  "Settings file (key = value), re-read on SIGHUP; flags override it")
       ->check(CLI::ExistingFile);
-  auto* socketOption = app.add_option(
-      "--socket", socketPath,
-      "Unix socket to listen on (unused under systemd socket activation) "
-      "[default: /run/esid/esid.sock]");
-  auto* socketGroupOption = app.add_option(
-      "--socket-group", socketGroup,
-      "Group of the socket esid creates, NGINX's user's (www-data on Debian); "
-      "ignored under socket activation [default: esid's own]");
-  auto* socketModeOption = app.add_option(
-      "--socket-mode", socketMode,
-      "Octal mode of the socket esid creates, never world-writable; ignored "
-      "under socket activation [default: 0660]");
-  auto* ringOption = app.add_option(
-      "--ring-size", ringSize,
-      "Bytes of each shared-memory ring per NGINX worker: a power of two from "
-      "256K to 64M [default: 1M]");
-  auto* arenaOption = app.add_option(
-      "--segment-arena", segmentArena,
-      "Bytes of the arena holding plans' gzip segments (esi_stitch), shared "
-      "read-only with every NGINX worker: at least 1M, K/M/G suffixes [default: 256M]");
-  auto* planStoreOption = app.add_option(
-      "--plan-store", planStore,
-      "Bytes of the default plan zone, where locations without esi_plan_zone "
-      "keep their plans and segments: at least 64K, K/M/G suffixes [default: 64M]");
-  auto* levelOption = app.add_option(
-      "--log-level", level, "trace, debug, info, warn, error, critical or off [default: info]");
-  auto* groupOption = app.add_option(
-      "--control-group", group,
-      "Members of this group may use esictl, besides root and esid's own user");
-  auto* fleetOption = app.add_option(
-      "--fleet", fleetUrl,
-      "Share purges with every esid of the fleet through this Redis: redis://host:port/db "
-      "(credentials only in the settings file: fleet_user, fleet_password)");
-  auto* fleetNodeOption = app.add_option(
-      "--fleet-node", fleetNode, "This node's name in the fleet [default: the host name]");
-  auto* stateDirOption = app.add_option(
-      "--state-dir", stateDir,
-      "Where esid keeps what must survive it: its position on the fleet's stream "
-      "[default: /var/lib/esid]");
-  auto* metricsOption = app.add_option(
-      "--metrics", metrics,
-      "Serve Prometheus metrics at http://ADDRESS:PORT/metrics, e.g. 127.0.0.1:9145; any "
-      "address is taken, so keep it on loopback or behind a firewall [default: off]");
+  std::vector<std::string> flagValues(esi::kSettings.size());
+  std::vector<CLI::Option*> flags(esi::kSettings.size());
+  for (size_t i = 0; i < esi::kSettings.size(); ++i) {
+    const esi::SettingSpec& spec = esi::kSettings[i];
+    if (spec.flag.empty()) continue;
+    flags[i] = app.add_option(std::string(spec.flag), flagValues[i], std::string(spec.help));
+  }
   app.add_flag("--check-config", checkOnly, "Check the settings, print them and exit");
   app.set_version_flag("--version", "esid " ESI_VERSION);
   CLI11_PARSE(app, argc, argv);
 
   esi::SettingsLayer commandLine, file;
   try {
-    if (socketOption->count() > 0) commandLine.socketPath = socketPath;
-    if (socketGroupOption->count() > 0) {
-      esi::parseGroup(socketGroup);
-      commandLine.socketGroup = socketGroup;
+    for (size_t i = 0; i < esi::kSettings.size(); ++i) {
+      if (flags[i] != nullptr && flags[i]->count() > 0) {
+        commandLine.set(esi::kSettings[i], flagValues[i]);
+      }
     }
-    if (socketModeOption->count() > 0) {
-      commandLine.socketMode = esi::parseSocketMode(socketMode);
-    }
-    if (ringOption->count() > 0) commandLine.ringSize = esi::parseRingSize(ringSize);
-    if (arenaOption->count() > 0) {
-      commandLine.segmentArena = esi::parseSegmentArena(segmentArena);
-    }
-    if (planStoreOption->count() > 0) commandLine.planStore = esi::parsePlanStore(planStore);
-    if (levelOption->count() > 0) commandLine.logLevel = esi::parseLogLevel(level);
-    if (groupOption->count() > 0) {
-      esi::parseGroup(group);
-      commandLine.controlGroup = group;
-    }
-    if (fleetOption->count() > 0) {
-      esi::parseRedisUrl(fleetUrl);  // refuses credentials on the command line
-      commandLine.fleet = fleetUrl;
-    }
-    if (fleetNodeOption->count() > 0) commandLine.fleetNode = fleetNode;
-    if (stateDirOption->count() > 0) commandLine.stateDir = stateDir;
-    if (metricsOption->count() > 0) commandLine.metrics = esi::parseMetricsAddress(metrics);
     if (!configPath.empty()) file = esi::readSettingsFile(configPath);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "esid: %s\n", e.what());
@@ -305,36 +195,22 @@ int main(int argc, char** argv) try {
     return 2;
   }
   if (checkOnly) {
-    std::printf("socket = %s\nsocket_group = %s\nsocket_mode = %s\nring_size = %u\n"
-                "segment_arena = %llu\nplan_store = %llu\nlog_level = %s\n"
-                "control_group = %s\nfleet = %s\nfleet_node = %s\nfleet_stream = %s\n"
-                "fleet_user = %s\nfleet_password = %s\nfleet_on_gap = %s\n"
-                "fleet_max_entries = %llu\nfleet_queue = %llu\nstate_dir = %s\nmetrics = %s\n",
-                settings.socketPath.c_str(),
-                settings.socketGroup.empty() ? "(none)" : settings.socketGroup.c_str(),
-                esi::socketModeName(settings.socketMode.value_or(esi::kDefaultSocketMode)).c_str(),
-                settings.ringSize,
-                static_cast<unsigned long long>(settings.segmentArena),
-                static_cast<unsigned long long>(settings.planStore),
-                esi::logLevelName(settings.logLevel).c_str(),
-                settings.controlGroup.empty() ? "(none)" : settings.controlGroup.c_str(),
-                fleetSettings ? fleetSettings->redis.text().c_str() : "(none)",
-                fleetSettings ? fleetSettings->node.c_str() : "(none)",
-                settings.fleet.stream.c_str(),
-                settings.fleet.user.empty() ? "(none)" : settings.fleet.user.c_str(),
-                settings.fleet.password.empty() ? "(none)" : "(set)",
-                settings.fleet.onGap.c_str(),
-                static_cast<unsigned long long>(settings.fleet.maxEntries),
-                static_cast<unsigned long long>(settings.fleet.queue),
-                settings.fleet.stateDir.c_str(),
-                settings.metrics.empty() ? "(off)" : settings.metrics.c_str());
+    // The fleet as esid would join it: its URL as understood, the node's name
+    // found.
+    esi::Settings shown = settings;
+    shown.fleet = fleetSettings ? fleetSettings->redis.text() : "";
+    shown.fleetNode = fleetSettings ? fleetSettings->node : "";
+    for (const esi::SettingSpec& spec : esi::kSettings) {
+      std::printf("%s = %s\n", std::string(spec.key).c_str(),
+                  esi::showSetting(spec, shown).c_str());
+    }
     return 0;
   }
 
   esi::setUpLogging(settings.logLevel);
   logOverrides(file, commandLine);
   struct stat configStat;
-  if (!settings.fleet.password.empty() && stat(configPath.c_str(), &configStat) == 0 &&
+  if (!settings.fleetPassword.empty() && stat(configPath.c_str(), &configStat) == 0 &&
       (configStat.st_mode & S_IROTH) != 0) {
     spdlog::warn("{} holds fleet_password and every local user may read it: chmod o-r it",
                  configPath);
@@ -434,7 +310,7 @@ int main(int argc, char** argv) try {
   if (fleet) {
     spdlog::info("fleet: node {} on {} of {} (fleet_on_gap = {}, state in {})",
                  fleetSettings->node, fleetSettings->stream, fleetSettings->redis.text(),
-                 settings.fleet.onGap, settings.fleet.stateDir);
+                 settings.fleetOnGap, settings.stateDir);
   }
 
   spdlog::info("esid {} listening on {} (ring size {}, segment arena {}, plan store {}, "

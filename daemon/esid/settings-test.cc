@@ -2,11 +2,19 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 namespace esi {
 namespace {
+
+const SettingSpec& spec(std::string_view key) {
+  for (const SettingSpec& s : kSettings) {
+    if (s.key == key) return s;
+  }
+  throw std::invalid_argument("no setting " + std::string(key));
+}
 
 TEST(SettingsFile, KeysValuesCommentsAndBlankLinesAreRead) {
   const auto layer = parseSettingsFile(
@@ -16,16 +24,76 @@ TEST(SettingsFile, KeysValuesCommentsAndBlankLinesAreRead) {
       "  ring_size=4M\n"
       "log_level =\tdebug\r\n",
       "esid.conf");
-  EXPECT_EQ(layer.socketPath, "/run/x.sock");
-  EXPECT_EQ(layer.ringSize, 4u << 20);
-  EXPECT_EQ(layer.logLevel, spdlog::level::debug);
+  const Settings s = Settings::resolve(layer, {});
+  EXPECT_EQ(s.socketPath, "/run/x.sock");
+  EXPECT_EQ(s.ringSize, 4u << 20);
+  EXPECT_EQ(s.logLevel, spdlog::level::debug);
 }
 
 TEST(SettingsFile, AnEmptyFileSetsNothing) {
-  const auto layer = parseSettingsFile("", "esid.conf");
-  EXPECT_FALSE(layer.socketPath);
-  EXPECT_FALSE(layer.ringSize);
-  EXPECT_FALSE(layer.logLevel);
+  EXPECT_TRUE(parseSettingsFile("# nothing\n\n", "esid.conf").empty());
+}
+
+TEST(SettingsFile, DefaultsAreTheTablesValues) {
+  const Settings s = Settings::resolve({}, {});
+  EXPECT_EQ(s.socketPath, "/run/esid/esid.sock");
+  EXPECT_EQ(s.ringSize, 1u << 20);
+  EXPECT_EQ(s.logLevel, spdlog::level::info);
+  EXPECT_EQ(s.fleetStream, "esi:purges");
+  EXPECT_EQ(s.fleetMaxEntries, 100000u);
+  EXPECT_EQ(s.fleetQueue, 10000u);
+  EXPECT_EQ(s.stateDir, "/var/lib/esid");
+  EXPECT_EQ(s.fleetNode, "");
+}
+
+TEST(SettingsFile, AnUnknownKeyIsRefusedWithEveryKnownOne) {
+  try {
+    parseSettingsFile("log_level = info\nrings = 4\n", "esid.conf");
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "esid.conf:2: unknown key \"rings\" (known: socket, socket_group, socket_mode, "
+                 "ring_size, segment_arena, plan_store, log_level, control_group, fleet, "
+                 "fleet_node, fleet_stream, fleet_user, fleet_password, fleet_on_gap, "
+                 "fleet_max_entries, fleet_queue, state_dir, metrics)");
+  }
+}
+
+TEST(SettingsTable, EveryFlagsHelpNamesItsDefault) {
+  for (const SettingSpec& spec : kSettings) {
+    if (spec.flag.empty() || spec.value.empty()) continue;
+    EXPECT_NE(spec.help.find("[default: " + std::string(spec.value) + "]"),
+              std::string_view::npos)
+        << spec.key;
+  }
+}
+
+// argv is readable by every local user: a secret is read from the file only.
+TEST(SettingsTable, AFlagIsTheKeyWithDashesAndNoSecretHasOne) {
+  for (const SettingSpec& spec : kSettings) {
+    if (spec.flag.empty()) continue;
+    std::string flag = "--" + std::string(spec.key);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    EXPECT_EQ(spec.flag, flag);
+    EXPECT_FALSE(spec.secret) << spec.key;
+  }
+}
+
+TEST(SettingsFile, AStateDirMustBeAbsolute) {
+  try {
+    parseSettingsFile("state_dir = var/lib\n", "f");
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "f:1: state_dir must be an absolute path");
+  }
+}
+
+TEST(SettingsFile, AFleetUrlWithCredentialsIsRefusedWithItsLine) {
+  EXPECT_THROW(parseSettingsFile("fleet = redis://u:p@127.0.0.1:6379/0\n", "f"),
+               std::invalid_argument);
+  EXPECT_EQ(Settings::resolve(parseSettingsFile("fleet = redis://127.0.0.1:6379/0\n", "f"), {})
+                .fleet,
+            "redis://127.0.0.1:6379/0");
 }
 
 TEST(SettingsFile, ErrorsNameTheFileAndLine) {
@@ -46,7 +114,7 @@ TEST(SettingsFile, UnknownKeysLinesWithoutEqualsAndEmptyValuesAreRefused) {
 
 TEST(SettingsFile, ControlGroupMustExist) {
   const SettingsLayer layer = parseSettingsFile("control_group = root\n", "f");
-  EXPECT_EQ(layer.controlGroup, "root");
+  EXPECT_EQ(Settings::resolve(layer, {}).controlGroup, "root");
   EXPECT_EQ(parseGroup("root"), 0u);
   EXPECT_EQ(parseGroup("0"), 0u);
   EXPECT_THROW(parseSettingsFile("control_group = no-such-group-here\n", "f"),
@@ -55,8 +123,6 @@ TEST(SettingsFile, ControlGroupMustExist) {
 
 TEST(SettingsFile, SocketGroupAndModeAreReadAndTheGroupMustExist) {
   const auto layer = parseSettingsFile("socket_group = root\nsocket_mode = 0640\n", "f");
-  EXPECT_EQ(layer.socketGroup, "root");
-  EXPECT_EQ(layer.socketMode, mode_t{0640});
   const Settings s = Settings::resolve(layer, {});
   EXPECT_EQ(s.socketGroup, "root");
   EXPECT_EQ(s.socketMode, mode_t{0640});
@@ -68,7 +134,9 @@ TEST(SettingsFile, ASocketGroupAndModeLeftOutAreEsidsGroupAnd0660) {
   const Settings s = Settings::resolve({}, {});
   EXPECT_EQ(s.socketGroup, "");
   EXPECT_FALSE(s.socketMode);
-  EXPECT_EQ(kDefaultSocketMode, mode_t{0660});
+  const auto changes = describeChanges(s, Settings::resolve(parseSettingsFile(
+                                              "socket_mode = 0640\n", "f"), {}));
+  EXPECT_EQ(changes, std::vector<std::string>{"socket_mode: 0660 -> 0640"});
 }
 
 TEST(SettingsFile, AWorldWritableSocketModeIsRefusedWithItsLine) {
@@ -103,8 +171,9 @@ TEST(SocketMode, AcceptsOctalPermissionBitsThatAreNotWorldWritable) {
 }
 
 TEST(Settings, SocketGroupAndModeChangesAreDescribed) {
-  Settings before, after;
-  after.socketMode = kDefaultSocketMode;  // said, but what it was
+  const Settings before = Settings::resolve({}, {});
+  Settings after = before;
+  after.socketMode = 0660;  // said, but what it was
   EXPECT_TRUE(describeChanges(before, after).empty());
   after.socketGroup = "root";
   after.socketMode = 0640;
@@ -139,20 +208,18 @@ TEST(SegmentArena, AcceptsBytesAndSuffixesFromOneMebibyte) {
 }
 
 TEST(SettingsFile, SegmentArenaIsReadAndDefaultsTo256M) {
-  EXPECT_EQ(Settings().segmentArena, uint64_t{256} << 20);
+  EXPECT_EQ(Settings::resolve({}, {}).segmentArena, uint64_t{256} << 20);
   const auto layer = parseSettingsFile("segment_arena = 64M\n", "esid.conf");
-  EXPECT_EQ(layer.segmentArena, uint64_t{64} << 20);
   EXPECT_EQ(Settings::resolve(layer, {}).segmentArena, uint64_t{64} << 20);
   EXPECT_THROW(parseSettingsFile("segment_arena = 512K\n", "f"), std::invalid_argument);
 }
 
 TEST(SettingsFile, PlanStoreIsReadAndDefaultsTo64M) {
-  EXPECT_EQ(Settings().planStore, uint64_t{64} << 20);
+  EXPECT_EQ(Settings::resolve({}, {}).planStore, uint64_t{64} << 20);
   const auto layer = parseSettingsFile("plan_store = 1G\n", "esid.conf");
-  EXPECT_EQ(layer.planStore, uint64_t{1} << 30);
   EXPECT_EQ(Settings::resolve(layer, {}).planStore, uint64_t{1} << 30);
   SettingsLayer flag;
-  flag.planStore = uint64_t{64} << 10;
+  flag.set(spec("plan_store"), "64K");
   EXPECT_EQ(Settings::resolve(layer, flag).planStore, uint64_t{64} << 10);
   EXPECT_THROW(parsePlanStore("63K"), std::invalid_argument);
   EXPECT_THROW(parsePlanStore("65G"), std::invalid_argument);
@@ -160,11 +227,11 @@ TEST(SettingsFile, PlanStoreIsReadAndDefaultsTo64M) {
 }
 
 TEST(SettingsFile, MetricsIsOffByDefaultAndTakesAnAddressAndAPort) {
-  EXPECT_EQ(Settings().metrics, "");
+  EXPECT_EQ(Settings::resolve({}, {}).metrics, "");
   const auto layer = parseSettingsFile("metrics = 127.0.0.1:9145\n", "esid.conf");
   EXPECT_EQ(Settings::resolve(layer, {}).metrics, "127.0.0.1:9145");
   SettingsLayer flag;
-  flag.metrics = "[::1]:9100";
+  flag.set(spec("metrics"), "[::1]:9100");
   EXPECT_EQ(Settings::resolve(layer, flag).metrics, "[::1]:9100");
   EXPECT_EQ(parseMetricsAddress("0.0.0.0:9145"), "0.0.0.0:9145");  // any, as documented
   EXPECT_THROW(parseSettingsFile("metrics = 9145\n", "f"), std::invalid_argument);
@@ -172,7 +239,7 @@ TEST(SettingsFile, MetricsIsOffByDefaultAndTakesAnAddressAndAPort) {
   Settings after;
   after.metrics = "127.0.0.1:9145";
   EXPECT_EQ(describeChanges(Settings(), after),
-            std::vector<std::string>{"metrics: (none) -> 127.0.0.1:9145"});
+            std::vector<std::string>{"metrics: (off) -> 127.0.0.1:9145"});
 }
 
 TEST(LogLevel, WarnIsSpelledWarnBothWays) {
@@ -183,10 +250,9 @@ TEST(LogLevel, WarnIsSpelledWarnBothWays) {
 }
 
 TEST(Settings, CommandLineOverridesFileOverridesDefaults) {
-  SettingsLayer file, commandLine;
-  file.ringSize = 2u << 20;
-  file.logLevel = spdlog::level::debug;
-  commandLine.logLevel = spdlog::level::warn;
+  const SettingsLayer file = parseSettingsFile("ring_size = 2M\nlog_level = debug\n", "f");
+  SettingsLayer commandLine;
+  commandLine.set(spec("log_level"), "warn");
   const Settings s = Settings::resolve(file, commandLine);
   EXPECT_EQ(s.socketPath, "/run/esid/esid.sock");
   EXPECT_EQ(s.ringSize, 2u << 20);
@@ -194,7 +260,8 @@ TEST(Settings, CommandLineOverridesFileOverridesDefaults) {
 }
 
 TEST(Settings, ChangesAreDescribedOnePerLine) {
-  Settings before, after;
+  const Settings before = Settings::resolve({}, {});
+  Settings after = before;
   EXPECT_TRUE(describeChanges(before, after).empty());
   after.logLevel = spdlog::level::warn;
   after.ringSize = 4u << 20;
@@ -217,18 +284,18 @@ TEST(SettingsFile, FleetKeysAreReadAndTheCommandLineWins) {
       "fleet_stream = site:purges\nstate_dir = /srv/esid\n",
       "f");
   SettingsLayer commandLine;
-  commandLine.fleetNode = "web-2";
+  commandLine.set(spec("fleet_node"), "web-2");
   const Settings s = Settings::resolve(file, commandLine);
-  EXPECT_EQ(s.fleet.url, "redis://10.0.0.5:6379/1");
-  EXPECT_EQ(s.fleet.node, "web-2");
-  EXPECT_EQ(s.fleet.password, "s3cret");
-  EXPECT_EQ(s.fleet.user, "esid");
-  EXPECT_EQ(s.fleet.onGap, "log");
-  EXPECT_EQ(s.fleet.maxEntries, 5000u);
-  EXPECT_EQ(s.fleet.queue, 20u);
-  EXPECT_EQ(s.fleet.stream, "site:purges");
-  EXPECT_EQ(s.fleet.stateDir, "/srv/esid");
-  EXPECT_EQ(Settings::resolve({}, {}).fleet.onGap, "purge_all");
+  EXPECT_EQ(s.fleet, "redis://10.0.0.5:6379/1");
+  EXPECT_EQ(s.fleetNode, "web-2");
+  EXPECT_EQ(s.fleetPassword, "s3cret");
+  EXPECT_EQ(s.fleetUser, "esid");
+  EXPECT_EQ(s.fleetOnGap, "log");
+  EXPECT_EQ(s.fleetMaxEntries, 5000u);
+  EXPECT_EQ(s.fleetQueue, 20u);
+  EXPECT_EQ(s.fleetStream, "site:purges");
+  EXPECT_EQ(s.stateDir, "/srv/esid");
+  EXPECT_EQ(Settings::resolve({}, {}).fleetOnGap, "purge_all");
 }
 
 TEST(SettingsFile, BadFleetValuesAreRefusedAndAPasswordIsNeverShown) {
@@ -236,11 +303,32 @@ TEST(SettingsFile, BadFleetValuesAreRefusedAndAPasswordIsNeverShown) {
   EXPECT_THROW(parseSettingsFile("fleet_queue = 0\n", "f"), std::invalid_argument);
   EXPECT_THROW(parseSettingsFile("fleet_max_entries = many\n", "f"), std::invalid_argument);
   EXPECT_THROW(parseSettingsFile("state_dir = relative\n", "f"), std::invalid_argument);
-  Settings before, after;
-  after.fleet.password = "s3cret";
+  const Settings before = Settings::resolve({}, {});
+  Settings after = before;
+  after.fleetPassword = "s3cret";
   const auto changes = describeChanges(before, after);
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0], "fleet_password changed");
+  EXPECT_EQ(showSetting(spec("fleet_password"), after), "(set)");
+  EXPECT_EQ(showSetting(spec("fleet_password"), before), "(none)");
+}
+
+TEST(Settings, AReloadKeepsWhatChangesOnlyWithARestart) {
+  const Settings current = Settings::resolve(
+      parseSettingsFile("plan_store = 1M\nfleet_password = a\n", "f"), {});
+  const Settings read = Settings::resolve(
+      parseSettingsFile("plan_store = 2M\nfleet_password = b\nsocket = /run/y.sock\n"
+                        "socket_mode = 0640\nsegment_arena = 1G\nmetrics = 127.0.0.1:9\n",
+                        "f"),
+      {});
+  std::vector<const SettingSpec*> kept;
+  const Settings next = keepUntilRestart(current, read, kept);
+  std::vector<std::string_view> keys;
+  for (const SettingSpec* s : kept) keys.push_back(s->key);
+  EXPECT_EQ(keys, (std::vector<std::string_view>{"socket", "socket_mode", "segment_arena",
+                                                 "fleet_password", "metrics"}));
+  EXPECT_EQ(describeChanges(current, next),
+            std::vector<std::string>{"plan_store: 1048576 -> 2097152"});
 }
 
 }  // namespace

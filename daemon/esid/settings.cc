@@ -3,6 +3,7 @@
 #include <grp.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "base/text.h"
+#include "fleet/redis_link.h"
 #include "http/metrics_endpoint.h"
 
 namespace esi {
@@ -61,6 +63,30 @@ uint64_t parseBytes(std::string_view text, std::string_view what) {
   return value << shift;
 }
 
+// fleet_on_gap.
+std::string parseGapAction(std::string_view text) {
+  text = trim(text);
+  if (text != "purge_all" && text != "log") {
+    throw std::invalid_argument("fleet_on_gap \"" + std::string(text) +
+                                "\" is not purge_all or log");
+  }
+  return std::string(text);
+}
+
+// A decimal number in [low, high]; what names it in messages.
+uint64_t parseCount(std::string_view text, std::string_view what, uint64_t low, uint64_t high) {
+  text = trim(text);
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value < low ||
+      value > high) {
+    throw std::invalid_argument(std::string(what) + " \"" + std::string(text) +
+                                "\" is not a number from " + std::to_string(low) + " to " +
+                                std::to_string(high));
+  }
+  return value;
+}
+
 }  // namespace
 
 std::string logLevelName(spdlog::level::level_enum level) {
@@ -68,32 +94,6 @@ std::string logLevelName(spdlog::level::level_enum level) {
   if (level == spdlog::level::warn) return "warn";
   const auto name = spdlog::level::to_string_view(level);
   return std::string(name.data(), name.size());
-}
-
-Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& commandLine) {
-  Settings s;
-  for (const SettingsLayer* layer : {&file, &commandLine}) {
-    if (layer->socketPath) s.socketPath = *layer->socketPath;
-    if (layer->socketGroup) s.socketGroup = *layer->socketGroup;
-    if (layer->socketMode) s.socketMode = *layer->socketMode;
-    if (layer->ringSize) s.ringSize = *layer->ringSize;
-    if (layer->segmentArena) s.segmentArena = *layer->segmentArena;
-    if (layer->planStore) s.planStore = *layer->planStore;
-    if (layer->logLevel) s.logLevel = *layer->logLevel;
-    if (layer->controlGroup) s.controlGroup = *layer->controlGroup;
-    FleetSettings& f = s.fleet;
-    if (layer->fleet) f.url = *layer->fleet;
-    if (layer->fleetNode) f.node = *layer->fleetNode;
-    if (layer->fleetStream) f.stream = *layer->fleetStream;
-    if (layer->fleetUser) f.user = *layer->fleetUser;
-    if (layer->fleetPassword) f.password = *layer->fleetPassword;
-    if (layer->fleetOnGap) f.onGap = *layer->fleetOnGap;
-    if (layer->fleetMaxEntries) f.maxEntries = *layer->fleetMaxEntries;
-    if (layer->fleetQueue) f.queue = *layer->fleetQueue;
-    if (layer->stateDir) f.stateDir = *layer->stateDir;
-    if (layer->metrics) s.metrics = *layer->metrics;
-  }
-  return s;
 }
 
 std::string parseMetricsAddress(std::string_view text) {
@@ -171,28 +171,6 @@ spdlog::level::level_enum parseLogLevel(std::string_view text) {
                               "critical, off");
 }
 
-std::string parseGapAction(std::string_view text) {
-  text = trim(text);
-  if (text != "purge_all" && text != "log") {
-    throw std::invalid_argument("fleet_on_gap \"" + std::string(text) +
-                                "\" is not purge_all or log");
-  }
-  return std::string(text);
-}
-
-uint64_t parseCount(std::string_view text, std::string_view what, uint64_t low, uint64_t high) {
-  text = trim(text);
-  uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value < low ||
-      value > high) {
-    throw std::invalid_argument(std::string(what) + " \"" + std::string(text) +
-                                "\" is not a number from " + std::to_string(low) + " to " +
-                                std::to_string(high));
-  }
-  return value;
-}
-
 gid_t parseGroup(std::string_view text) {
   const std::string name(trim(text));
   const auto named = findGroup([&](group* g, char* buf, size_t size, group** found) {
@@ -209,6 +187,125 @@ gid_t parseGroup(std::string_view text) {
   }
   throw std::invalid_argument("no group \"" + name + "\"");
 }
+
+namespace {
+
+// The readers of the settings that kSettings' rows need beyond the parsers
+// above: each checks its text and returns the value.
+std::string anyText(std::string_view text) { return std::string(text); }
+
+std::string existingGroup(std::string_view text) {
+  parseGroup(text);
+  return std::string(text);
+}
+
+std::string fleetUrl(std::string_view text) {
+  parseRedisUrl(text);  // refuses credentials: they belong in the file
+  return std::string(text);
+}
+
+std::string absolutePath(std::string_view text) {
+  if (text.empty() || text.front() != '/') {
+    throw std::invalid_argument("state_dir must be an absolute path");
+  }
+  return std::string(text);
+}
+
+uint64_t fleetMaxEntries(std::string_view text) {
+  return parseCount(text, "fleet_max_entries", 100, uint64_t{1} << 32);
+}
+
+uint64_t fleetQueue(std::string_view text) {
+  return parseCount(text, "fleet_queue", 1, uint64_t{1} << 24);
+}
+
+std::string valueText(const std::string& value) { return value; }
+std::string valueText(uint64_t value) { return std::to_string(value); }
+std::string valueText(spdlog::level::level_enum level) { return logLevelName(level); }
+std::string valueText(const std::optional<mode_t>& mode) {
+  return mode ? socketModeName(*mode) : std::string();
+}
+
+// spec, with the functions that read, show and keep member of Settings,
+// whose text parse checks.
+template <auto member, auto parse>
+constexpr SettingSpec setting(SettingSpec spec) {
+  spec.read = [](std::string_view text) -> std::function<void(Settings&)> {
+    return [value = parse(text)](Settings& s) { s.*member = value; };
+  };
+  spec.text = [](const Settings& s) { return valueText(s.*member); };
+  spec.keep = [](const Settings& from, Settings& to) { to.*member = from.*member; };
+  return spec;
+}
+
+constexpr SettingSpec kSettingTable[] = {
+    setting<&Settings::socketPath, anyText>({
+        .key = "socket", .flag = "--socket", .value = "/run/esid/esid.sock",
+        .help = "Unix socket to listen on (unused under systemd socket activation) "
+                "[default: /run/esid/esid.sock]"}),
+    setting<&Settings::socketGroup, existingGroup>({
+        .key = "socket_group", .flag = "--socket-group",
+        .help = "Group of the socket esid creates, NGINX's user's (www-data on Debian); "
+                "ignored under socket activation [default: esid's own]"}),
+    setting<&Settings::socketMode, parseSocketMode>({
+        .key = "socket_mode", .flag = "--socket-mode", .unset = "0660",
+        .help = "Octal mode of the socket esid creates, never world-writable; ignored "
+                "under socket activation [default: 0660]"}),
+    setting<&Settings::ringSize, parseRingSize>({
+        .key = "ring_size", .flag = "--ring-size", .value = "1M", .reloads = true,
+        .help = "Bytes of each shared-memory ring per NGINX worker: a power of two from "
+                "256K to 64M [default: 1M]"}),
+    setting<&Settings::segmentArena, parseSegmentArena>({
+        .key = "segment_arena", .flag = "--segment-arena", .value = "256M",
+        .help = "Bytes of the arena holding plans' gzip segments (esi_stitch), shared "
+                "read-only with every NGINX worker: at least 1M, K/M/G suffixes "
+                "[default: 256M]"}),
+    setting<&Settings::planStore, parsePlanStore>({
+        .key = "plan_store", .flag = "--plan-store", .value = "64M", .reloads = true,
+        .help = "Bytes of the default plan zone, where locations without esi_plan_zone "
+                "keep their plans and segments: at least 64K, K/M/G suffixes "
+                "[default: 64M]"}),
+    setting<&Settings::logLevel, parseLogLevel>({
+        .key = "log_level", .flag = "--log-level", .value = "info", .reloads = true,
+        .help = "trace, debug, info, warn, error, critical or off [default: info]"}),
+    setting<&Settings::controlGroup, existingGroup>({
+        .key = "control_group", .flag = "--control-group", .reloads = true,
+        .help = "Members of this group may use esictl, besides root and esid's own user"}),
+    setting<&Settings::fleet, fleetUrl>({
+        .key = "fleet", .flag = "--fleet",
+        .help = "Share purges with every esid of the fleet through this Redis: "
+                "redis://host:port/db (credentials only in the settings file: "
+                "fleet_user, fleet_password)"}),
+    setting<&Settings::fleetNode, anyText>({
+        .key = "fleet_node", .flag = "--fleet-node",
+        .help = "This node's name in the fleet [default: the host name]"}),
+    setting<&Settings::fleetStream, anyText>({.key = "fleet_stream", .value = "esi:purges"}),
+    setting<&Settings::fleetUser, anyText>({.key = "fleet_user"}),
+    setting<&Settings::fleetPassword, anyText>({.key = "fleet_password", .secret = true}),
+    setting<&Settings::fleetOnGap, parseGapAction>({.key = "fleet_on_gap", .value = "purge_all"}),
+    setting<&Settings::fleetMaxEntries, fleetMaxEntries>({
+        .key = "fleet_max_entries", .value = "100000"}),
+    setting<&Settings::fleetQueue, fleetQueue>({.key = "fleet_queue", .value = "10000"}),
+    setting<&Settings::stateDir, absolutePath>({
+        .key = "state_dir", .flag = "--state-dir", .value = "/var/lib/esid",
+        .help = "Where esid keeps what must survive it: its position on the fleet's "
+                "stream [default: /var/lib/esid]"}),
+    setting<&Settings::metrics, parseMetricsAddress>({
+        .key = "metrics", .flag = "--metrics", .unset = "(off)",
+        .help = "Serve Prometheus metrics at http://ADDRESS:PORT/metrics, e.g. "
+                "127.0.0.1:9145; any address is taken, so keep it on loopback or behind "
+                "a firewall [default: off]"}),
+};
+
+// A secret differs by its value, which is never shown.
+bool differs(const SettingSpec& spec, const Settings& a, const Settings& b) {
+  return spec.secret ? spec.text(a) != spec.text(b)
+                     : showSetting(spec, a) != showSetting(spec, b);
+}
+
+}  // namespace
+
+const std::span<const SettingSpec> kSettings(kSettingTable);
 
 SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
   SettingsLayer layer;
@@ -233,54 +330,15 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
     const std::string_view key = trim(line.substr(0, equals));
     const std::string_view value = trim(line.substr(equals + 1));
     if (value.empty()) throw std::invalid_argument(where() + "\"" + std::string(key) + "\" has no value");
+    const auto spec = std::find_if(kSettings.begin(), kSettings.end(),
+                                   [&](const SettingSpec& s) { return s.key == key; });
     try {
-      if (key == "socket") {
-        layer.socketPath = std::string(value);
-      } else if (key == "socket_group") {
-        parseGroup(value);
-        layer.socketGroup = std::string(value);
-      } else if (key == "socket_mode") {
-        layer.socketMode = parseSocketMode(value);
-      } else if (key == "ring_size") {
-        layer.ringSize = parseRingSize(value);
-      } else if (key == "segment_arena") {
-        layer.segmentArena = parseSegmentArena(value);
-      } else if (key == "plan_store") {
-        layer.planStore = parsePlanStore(value);
-      } else if (key == "log_level") {
-        layer.logLevel = parseLogLevel(value);
-      } else if (key == "control_group") {
-        parseGroup(value);
-        layer.controlGroup = std::string(value);
-      } else if (key == "fleet") {
-        layer.fleet = std::string(value);
-      } else if (key == "fleet_node") {
-        layer.fleetNode = std::string(value);
-      } else if (key == "fleet_stream") {
-        layer.fleetStream = std::string(value);
-      } else if (key == "fleet_user") {
-        layer.fleetUser = std::string(value);
-      } else if (key == "fleet_password") {
-        layer.fleetPassword = std::string(value);
-      } else if (key == "fleet_on_gap") {
-        layer.fleetOnGap = parseGapAction(value);
-      } else if (key == "fleet_max_entries") {
-        layer.fleetMaxEntries = parseCount(value, "fleet_max_entries", 100, uint64_t{1} << 32);
-      } else if (key == "fleet_queue") {
-        layer.fleetQueue = parseCount(value, "fleet_queue", 1, uint64_t{1} << 24);
-      } else if (key == "state_dir") {
-        if (value.front() != '/') throw std::invalid_argument("state_dir must be an absolute path");
-        layer.stateDir = std::string(value);
-      } else if (key == "metrics") {
-        layer.metrics = parseMetricsAddress(value);
-      } else {
-        throw std::invalid_argument("unknown key \"" + std::string(key) +
-                                    "\" (known: socket, socket_group, socket_mode, ring_size, "
-                                    "segment_arena, plan_store, log_level, control_group, fleet, "
-                                    "fleet_node, fleet_stream, fleet_user, fleet_password, "
-                                    "fleet_on_gap, fleet_max_entries, fleet_queue, state_dir, "
-                                    "metrics)");
+      if (spec == kSettings.end()) {
+        std::string known;
+        for (const SettingSpec& s : kSettings) known += (known.empty() ? "" : ", ") + std::string(s.key);
+        throw std::invalid_argument("unknown key \"" + std::string(key) + "\" (known: " + known + ")");
       }
+      layer.set(*spec, value);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where() + e.what());
     }
@@ -297,60 +355,50 @@ SettingsLayer readSettingsFile(const std::string& path) {
   return parseSettingsFile(text.str(), path);
 }
 
+void SettingsLayer::set(const SettingSpec& spec, std::string_view text) {
+  values_.insert_or_assign(spec.key, spec.read(text));
+}
+
+void SettingsLayer::applyTo(Settings& settings) const {
+  for (const auto& [key, store] : values_) store(settings);
+}
+
+Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& commandLine) {
+  Settings s;
+  for (const SettingSpec& spec : kSettings) {
+    if (!spec.value.empty()) spec.read(spec.value)(s);
+  }
+  file.applyTo(s);
+  commandLine.applyTo(s);
+  return s;
+}
+
+std::string showSetting(const SettingSpec& spec, const Settings& settings) {
+  const std::string text = spec.text(settings);
+  if (text.empty()) return spec.unset.empty() ? "(none)" : std::string(spec.unset);
+  return spec.secret ? "(set)" : text;
+}
+
 std::vector<std::string> describeChanges(const Settings& before, const Settings& after) {
   std::vector<std::string> changes;
-  if (before.socketPath != after.socketPath) {
-    changes.push_back("socket: " + before.socketPath + " -> " + after.socketPath);
-  }
-  if (before.socketGroup != after.socketGroup) {
-    changes.push_back("socket_group: " + (before.socketGroup.empty() ? "(none)" : before.socketGroup) +
-                      " -> " + (after.socketGroup.empty() ? "(none)" : after.socketGroup));
-  }
-  const mode_t modeBefore = before.socketMode.value_or(kDefaultSocketMode);
-  const mode_t modeAfter = after.socketMode.value_or(kDefaultSocketMode);
-  if (modeBefore != modeAfter) {
-    changes.push_back("socket_mode: " + socketModeName(modeBefore) + " -> " +
-                      socketModeName(modeAfter));
-  }
-  if (before.ringSize != after.ringSize) {
-    changes.push_back("ring_size: " + std::to_string(before.ringSize) + " -> " +
-                      std::to_string(after.ringSize));
-  }
-  if (before.segmentArena != after.segmentArena) {
-    changes.push_back("segment_arena: " + std::to_string(before.segmentArena) + " -> " +
-                      std::to_string(after.segmentArena));
-  }
-  if (before.planStore != after.planStore) {
-    changes.push_back("plan_store: " + std::to_string(before.planStore) + " -> " +
-                      std::to_string(after.planStore));
-  }
-  if (before.logLevel != after.logLevel) {
-    changes.push_back("log_level: " + logLevelName(before.logLevel) + " -> " +
-                      logLevelName(after.logLevel));
-  }
-  const auto text = [&](std::string_view name, const std::string& a, const std::string& b) {
-    if (a != b) {
-      changes.push_back(std::string(name) + ": " + (a.empty() ? "(none)" : a) + " -> " +
-                        (b.empty() ? "(none)" : b));
-    }
-  };
-  const FleetSettings& a = before.fleet;
-  const FleetSettings& b = after.fleet;
-  text("fleet", a.url, b.url);
-  text("fleet_node", a.node, b.node);
-  text("fleet_stream", a.stream, b.stream);
-  text("fleet_user", a.user, b.user);
-  if (a.password != b.password) changes.push_back("fleet_password changed");
-  text("fleet_on_gap", a.onGap, b.onGap);
-  text("fleet_max_entries", std::to_string(a.maxEntries), std::to_string(b.maxEntries));
-  text("fleet_queue", std::to_string(a.queue), std::to_string(b.queue));
-  text("state_dir", a.stateDir, b.stateDir);
-  text("metrics", before.metrics, after.metrics);
-  if (before.controlGroup != after.controlGroup) {
-    changes.push_back("control_group: " + (before.controlGroup.empty() ? "(none)" : before.controlGroup) +
-                      " -> " + (after.controlGroup.empty() ? "(none)" : after.controlGroup));
+  for (const SettingSpec& spec : kSettings) {
+    if (!differs(spec, before, after)) continue;
+    const std::string key(spec.key);
+    changes.push_back(spec.secret ? key + " changed"
+                                  : key + ": " + showSetting(spec, before) + " -> " +
+                                        showSetting(spec, after));
   }
   return changes;
+}
+
+Settings keepUntilRestart(const Settings& current, Settings next,
+                          std::vector<const SettingSpec*>& kept) {
+  for (const SettingSpec& spec : kSettings) {
+    if (spec.reloads || !differs(spec, current, next)) continue;
+    spec.keep(current, next);
+    kept.push_back(&spec);
+  }
+  return next;
 }
 
 }  // namespace esi

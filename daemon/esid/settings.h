@@ -5,35 +5,20 @@
 // streams already running.
 //
 // The file is lines of `key = value`; `#` starts a comment; blank lines are
-// ignored.  Keys:
-//
-//     socket    = /run/esid/esid.sock   # read at start only
-//     socket_group = www-data           # the socket's group; read at start only
-//     socket_mode = 0660                # octal, never o+w; read at start only
-//     ring_size = 1M                    # bytes, K/M suffixes, a power of two
-//     segment_arena = 256M              # bytes, K/M/G suffixes; read at start only
-//     plan_store = 64M                  # bytes of the default plan zone
-//     log_level = info                  # trace debug info warn error critical off
-//     control_group = adm               # its members may use esictl (besides
-//                                       # root and esid's own user)
-//     fleet = redis://127.0.0.1:6379/0  # share purges with other esids; at start only
-//     fleet_node = web-1                # this node's name (default: the host name)
-//     fleet_stream = esi:purges         # the Redis stream
-//     fleet_user = esid                 # Redis ACL user and password: the file
-//     fleet_password = secret           # only, never the command line
-//     fleet_on_gap = purge_all          # or log: entries trimmed before read
-//     fleet_max_entries = 100000        # the stream keeps about this many
-//     fleet_queue = 10000               # entries kept while Redis is away
-//     state_dir = /var/lib/esid         # what must survive esid
-//     metrics = 127.0.0.1:9145          # Prometheus' /metrics; off by default;
-//                                       # read at start only
+// ignored.  Every setting is one row of kSettings (settings.cc): its key, its
+// flag, its default, how its value is checked, its --help text and whether a
+// SIGHUP applies it; the file's reader, the flags, --check-config, the log
+// of a reload's changes and docs/reference.md's check are driven by it.
 
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,61 +33,72 @@ constexpr uint64_t kMinSegmentArena = uint64_t{1} << 20;
 constexpr uint64_t kMaxSegmentArena = uint64_t{64} << 30;
 constexpr uint64_t kMinPlanStore = uint64_t{64} << 10;  // esi_plan_zone's least
 constexpr uint64_t kMaxPlanStore = uint64_t{64} << 30;
-constexpr mode_t kDefaultSocketMode = 0660;
 
-// Values that one source sets; an empty optional leaves the value to the
-// source below it.
-struct SettingsLayer {
-  std::optional<std::string> socketPath;
-  std::optional<std::string> socketGroup;  // a group's name or number
-  std::optional<mode_t> socketMode;
-  std::optional<uint32_t> ringSize;
-  std::optional<uint64_t> segmentArena;
-  std::optional<uint64_t> planStore;
-  std::optional<spdlog::level::level_enum> logLevel;
-  std::optional<std::string> controlGroup;  // a group's name or number
-  std::optional<std::string> fleet;          // redis://host:port/db
-  std::optional<std::string> fleetNode;
-  std::optional<std::string> fleetStream;
-  std::optional<std::string> fleetUser;      // the file only
-  std::optional<std::string> fleetPassword;  // the file only
-  std::optional<std::string> fleetOnGap;     // purge_all or log
-  std::optional<uint64_t> fleetMaxEntries;
-  std::optional<uint64_t> fleetQueue;
-  std::optional<std::string> stateDir;
-  std::optional<std::string> metrics;  // ADDRESS:PORT
-};
+class SettingsLayer;
 
-// The fleet's values (fleet_* and state_dir): they change only at a restart.
-struct FleetSettings {
-  std::string url;       // fleet; empty: no fleet
-  std::string node;      // empty: the host name
-  std::string stream = "esi:purges";
-  std::string user;
-  std::string password;
-  std::string onGap = "purge_all";
-  uint64_t maxEntries = 100000;
-  uint64_t queue = 10000;
-  std::string stateDir = "/var/lib/esid";
-
-  bool operator==(const FleetSettings&) const = default;
-};
-
-// The values esid runs with.
+// The values esid runs with; Settings::resolve gives them their defaults.
 struct Settings {
-  std::string socketPath = "/run/esid/esid.sock";
-  std::string socketGroup;  // empty: esid's own group
-  std::optional<mode_t> socketMode;  // empty: kDefaultSocketMode
-  uint32_t ringSize = 1u << 20;
-  uint64_t segmentArena = uint64_t{256} << 20;  // the gzip segments of plans
-  uint64_t planStore = uint64_t{64} << 20;      // the default plan zone
-  spdlog::level::level_enum logLevel = spdlog::level::info;
-  std::string controlGroup;  // empty: none
-  FleetSettings fleet;  // read at start only
+  std::string socketPath;
+  std::string socketGroup;           // a group's name or number; empty: esid's own
+  std::optional<mode_t> socketMode;  // empty: the server's 0660
+  uint32_t ringSize = 0;
+  uint64_t segmentArena = 0;  // the gzip segments of plans
+  uint64_t planStore = 0;     // the default plan zone
+  spdlog::level::level_enum logLevel{};
+  std::string controlGroup;  // a group's name or number; empty: none
+  std::string fleet;         // redis://host:port/db; empty: no fleet
+  std::string fleetNode;     // empty: the host name
+  std::string fleetStream;
+  std::string fleetUser;      // the file only
+  std::string fleetPassword;  // the file only
+  std::string fleetOnGap;     // purge_all or log
+  uint64_t fleetMaxEntries = 0;
+  uint64_t fleetQueue = 0;
+  std::string stateDir;
   std::string metrics;  // ADDRESS:PORT of GET /metrics; empty: none
 
   // Defaults, overridden by file, overridden by commandLine.
   static Settings resolve(const SettingsLayer& file, const SettingsLayer& commandLine);
+};
+
+// One of esid's settings.  Every setting has its file key; a flag too unless
+// it is a secret (argv is readable by every local user) or rarely changed.
+struct SettingSpec {
+  std::string_view key;       // in the file: "ring_size"
+  std::string_view flag{};    // "--ring-size"; empty: the file only
+  std::string_view value{};   // the default, as the file would say it; empty: none
+  std::string_view unset{};   // how no value reads in --check-config and logs: "(none)"
+  bool reloads = false;       // a SIGHUP applies it; otherwise only a restart
+  bool secret = false;        // never shown, only said to be set or changed
+  std::string_view help{};    // --help's text for the flag
+  // Checks text (throws std::invalid_argument saying what is wrong) and
+  // returns what stores its value.
+  std::function<void(Settings&)> (*read)(std::string_view text) = nullptr;
+  // The value as text ("" when there is none), and its copy between two
+  // Settings (a reload keeping what waits for a restart).
+  std::string (*text)(const Settings& settings) = nullptr;
+  void (*keep)(const Settings& from, Settings& to) = nullptr;
+};
+
+// Every setting, in the order --check-config and the logs list them.
+extern const std::span<const SettingSpec> kSettings;
+
+// The value of spec in settings as --check-config and logs show it.
+std::string showSetting(const SettingSpec& spec, const Settings& settings);
+
+// Values that one source (the file, the command line) sets; a setting it
+// does not set is left to the source below it.
+class SettingsLayer {
+ public:
+  // Checks text as spec's value and keeps it (the last one given wins).
+  // Throws std::invalid_argument saying what is wrong.
+  void set(const SettingSpec& spec, std::string_view text);
+  bool has(const SettingSpec& spec) const { return values_.count(spec.key) > 0; }
+  bool empty() const { return values_.empty(); }
+  void applyTo(Settings& settings) const;
+
+ private:
+  std::map<std::string_view, std::function<void(Settings&)>> values_;
 };
 
 // "1048576", "1024K", "1M": a power of two in [kMinRingSize, kMaxRingSize].
@@ -129,13 +125,6 @@ std::string socketModeName(mode_t mode);
 spdlog::level::level_enum parseLogLevel(std::string_view text);
 std::string logLevelName(spdlog::level::level_enum level);
 
-// "purge_all" or "log" (fleet_on_gap).  Throws std::invalid_argument.
-std::string parseGapAction(std::string_view text);
-
-// A decimal number in [low, high]; what names it in messages.  Throws
-// std::invalid_argument.
-uint64_t parseCount(std::string_view text, std::string_view what, uint64_t low, uint64_t high);
-
 // "127.0.0.1:9145", "[::1]:9145": a numeric address and a port, for
 // metrics.  Throws std::invalid_argument saying what is wrong.
 std::string parseMetricsAddress(std::string_view text);
@@ -153,5 +142,10 @@ SettingsLayer readSettingsFile(const std::string& path);
 
 // One line per setting that differs, e.g. "log_level: info -> debug".
 std::vector<std::string> describeChanges(const Settings& before, const Settings& after);
+
+// next, with every setting a SIGHUP cannot change put back to current's
+// value; the settings put back are added to kept.
+Settings keepUntilRestart(const Settings& current, Settings next,
+                          std::vector<const SettingSpec*>& kept);
 
 }  // namespace esi

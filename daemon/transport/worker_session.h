@@ -1,5 +1,8 @@
 // One NGINX worker's connection: its rings, its streams, and the loop that
-// answers every request record with splice instructions.
+// answers every request record with splice instructions.  Its member
+// functions live in one file per message family, as the connector's do:
+// worker_session.cc (the connection, as ngx_http_esi_daemon.c),
+// worker_session_stream.cc, _plan.cc, _purge.cc and _purge_index.cc.
 
 #pragma once
 
@@ -98,27 +101,21 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
     uint64_t openedNs = 0;
   };
 
+  using Streams = std::unordered_map<uint32_t, StreamEntry>;
+  // What a stream's open makes of its object's plan (lookUpPlan).
+  struct OpenPlan {
+    bool answered = false;           // the plan was sent: no stream
+    std::optional<PlanKey> record;   // none stored yet: record it from the body
+    std::shared_ptr<const Plan> failed;  // the worker's copy stopped matching
+  };
+
+  // The connection (worker_session.cc): the loop, the dispatch of each
+  // request to its family, the answers' way back.
   static void onPoll(uv_poll_t* handle, int status, int events);
   void serve();
   bool drainRequests(size_t& turn);
   // reportsOnly: the stream is over; only zone and stored records count.
   bool handleRequest(const uint8_t* payload, uint32_t length, bool reportsOnly = false);
-  bool handleOpen(uint32_t id, wire::Open::Reader open);
-  ParserLimits parserLimits(wire::Open::Reader open);
-  // False when the plan, evaluated for this request, is too large to send.
-  // With segments (a gzip-stitched response) its runs name their segments,
-  // pinned for this connection.
-  bool sendPlan(uint32_t id, const Plan& plan, const PageAddress& page,
-                const RequestValues& values, bool segments);
-  void sendFail(uint32_t id, std::string_view reason);
-  void recordPlan(const StreamEntry& entry);
-  bool handleZone(wire::Zone::Reader zone);
-  bool handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done);
-  bool handleStored(wire::Stored::Reader stored);
-  bool handleReplayed(wire::Replayed::Reader replayed);
-  bool handlePurge(uint32_t id, wire::Purge::Reader purge);
-  void sendPurged(uint32_t id, const PurgeOutcome& outcome, const std::string& fleet);
-  void sendSplice(uint32_t id, StreamEntry& entry, bool last);
   void send(capnp::MessageBuilder& message);
   void flushPending();
   // Publishes an answer written into the ring's reserved slot.
@@ -126,6 +123,39 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   void violation(std::string_view reason);
   void tracePage(std::string_view url, uint32_t status, std::string_view how,
                  uint64_t fragments, uint64_t bytes, uint64_t sinceNs);
+
+  // Streams (worker_session_stream.cc).
+  bool handleOpen(uint32_t id, wire::Open::Reader open);
+  bool handleBody(uint32_t id, capnp::Data::Reader body);
+  bool handleEnd(uint32_t id);
+  bool handleCancel(uint32_t id);
+  // Traces the stream's page as `how` ("parse", "cancel") and forgets it.
+  void closeStream(Streams::iterator it, std::string_view how);
+  ParserLimits parserLimits(wire::Open::Reader open);
+  void sendSplice(uint32_t id, StreamEntry& entry, bool last);
+  void sendFail(uint32_t id, std::string_view reason);
+
+  // Plans (worker_session_plan.cc).
+  // False on a violation; result.answered when a stored plan was sent.
+  bool lookUpPlan(uint32_t id, wire::Open::Reader open, const PageAddress& page,
+                  const RequestValues& values, OpenPlan& result);
+  // False when the plan, evaluated for this request, is too large to send.
+  // With segments (a gzip-stitched response) its runs name their segments,
+  // pinned for this connection.
+  bool sendPlan(uint32_t id, const Plan& plan, const PageAddress& page,
+                const RequestValues& values, bool segments);
+  void recordPlan(const StreamEntry& entry);
+  bool handleReplayed(wire::Replayed::Reader replayed);
+
+  // Purges (worker_session_purge.cc); takePurgeOrder above.
+  bool handlePurge(uint32_t id, wire::Purge::Reader purge);
+  bool handlePurgeDone(uint32_t order, wire::PurgeDone::Reader done);
+  void sendPurged(uint32_t id, const PurgeOutcome& outcome, const std::string& fleet);
+
+  // The variant index's feed (worker_session_purge_index.cc); sendForget
+  // above.
+  bool handleZone(wire::Zone::Reader zone);
+  bool handleStored(wire::Stored::Reader stored);
 
   const int socketFd_;
   Stats& stats_;
@@ -142,7 +172,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession>,
   std::unique_ptr<PinTable> pins_;
   uv_poll_t* poll_;
   bool stopped_ = false;
-  std::unordered_map<uint32_t, StreamEntry> streams_;
+  Streams streams_;
   std::deque<kj::Array<capnp::word>> pending_;
   // What sendSplice() and sendPlan() build their messages in, kept zeroed.
   kj::Array<capnp::word> firstSegment_;

@@ -91,7 +91,7 @@ std::optional<Decoded> decode(const uint8_t* payload, size_t length) {
 }
 
 // A WorkerSession over a socketpair, and the worker's end of its rings, as
-// daemon/transport/worker_session-test.cc's TestWorker holds them.
+// daemon/transport/worker_session_test_worker.h's TestWorker holds them.
 class Connection {
  public:
   Connection(uv_loop_t* loop, Stats& stats, Purger& purger) : loop_(loop) {

@@ -3,8 +3,9 @@ and applies what changed as README and esid(8) say: log_level and
 plan_store at once (the default plan zone evicting what no longer fits),
 ring_size for workers that connect afterwards; the worker's connection
 and a page in the middle of its body are untouched; a file that cannot be
-read or parsed is refused with its reason and changes nothing; the command
-line still overrides the file.  Every step waits for esid's own log lines,
+read or parsed is refused with its reason and changes nothing; a setting
+that only a restart changes is kept and named; the command line still
+overrides the file.  Every step waits for esid's own log lines,
 never for time."""
 
 import json
@@ -199,6 +200,27 @@ class BadReloadTest(ReloadTestCase):
             ("info", "SIGHUP: %s re-read" % self.conf),
             ("info", "SIGHUP: plan_store: 1048576 -> 131072")])
         self.assertEqual(self.default_zone()["max_bytes"], 128 * 1024)
+
+    def test_what_waits_for_a_restart_is_kept_and_said(self):
+        self.start_esid_with("plan_store = 1M\nsegment_arena = 2M\n"
+                             "fleet_password = a\n")
+        self.write_settings("plan_store = 128K\nsegment_arena = 4M\n"
+                            "fleet_password = b\n")
+        self.reload([
+            ("warning", "SIGHUP: segment_arena changes only when esid "
+                        "restarts; still 2097152"),
+            ("warning", "SIGHUP: fleet_password changes only when esid "
+                        "restarts; still (set)"),
+            ("info", "SIGHUP: %s re-read" % self.conf),
+            ("info", "SIGHUP: plan_store: 1048576 -> 131072")])
+        self.assertEqual(self.default_zone()["max_bytes"], 128 * 1024)
+        # the kept values are what the next reload is measured from
+        self.reload([("warning", "SIGHUP: segment_arena changes only when "
+                                 "esid restarts; still 2097152"),
+                     ("warning", "SIGHUP: fleet_password changes only when "
+                                 "esid restarts; still (set)"),
+                     ("info", "SIGHUP: %s re-read, nothing changed"
+                      % self.conf)])
 
     def test_the_command_line_still_overrides_the_file(self):
         self.start_esid_with("plan_store = 2M\n", "--plan-store", "1M")
