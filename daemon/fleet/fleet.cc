@@ -82,7 +82,10 @@ Fleet::~Fleet() { stop(); }
 
 void Fleet::start() {
   state_.emplace(options_.stateDir, options_.stream);
-  position_ = state_->load();
+  if (std::optional<FleetState> stored = state_->load()) {
+    position_ = stored->position;
+    knownZones_ = std::move(stored->zones);
+  }
   if (position_) {
     spdlog::info("fleet: node {} resumes {} after entry {} ({})", options_.node, options_.stream,
                  position_->last.text(), state_->path());
@@ -118,12 +121,14 @@ void Fleet::readNext() {
       !awaitingWorkers_.empty()) {
     return;
   }
-  if (zones_().empty()) {
+  const std::vector<std::string> served = zones_();
+  if (served.empty()) {
     if (!parked_) spdlog::info("fleet: waiting for an NGINX worker before reading {}", options_.stream);
     parked_ = true;
     return;
   }
   parked_ = false;
+  noteZones(served);
   if (!position_) {
     locate();
     return;
@@ -255,7 +260,11 @@ void Fleet::onRead(const redisReply* reply) {
   }
 
   batch_.clear();
+  // Read now, not when the read was sent: NGINX may have gone meanwhile.
   const std::vector<std::string> served = zones_();
+  noteZones(served);
+  size_t taken = 0;  // entries read that this batch moves past
+  bool held = false;
   for (const auto& [id, fieldsReply] : read) {
     std::vector<std::pair<std::string_view, std::string_view>> fields;
     bool parsed = fieldsReply->type == REDIS_REPLY_ARRAY && fieldsReply->elements % 2 == 0;
@@ -270,6 +279,16 @@ void Fleet::onRead(const redisReply* reply) {
       ++skipped_;
     } else if (entry->node == options_.node) {
       ++own_;  // carried out here already
+    } else if (awaitsNginx(entry->query.zone, served)) {
+      // The position stays before it: applied, in order, once NGINX is back.
+      if (heldAt_ != id) {
+        spdlog::warn("fleet: entry {} from {} waits: no NGINX worker here serves zone \"{}\" "
+                     "now; it and the entries after it are applied once one does",
+                     id.text(), entry->node, entry->query.zone);
+      }
+      heldAt_ = id;
+      held = true;
+      break;
     } else if (std::find(served.begin(), served.end(), entry->query.zone) == served.end()) {
       spdlog::warn("fleet: skipping entry {} from {}: no NGINX worker here serves zone \"{}\"",
                    id.text(), entry->node, entry->query.zone);
@@ -277,16 +296,20 @@ void Fleet::onRead(const redisReply* reply) {
     } else {
       batch_.push_back(Item{id, std::move(*entry)});
     }
+    ++taken;
   }
+  if (!held) heldAt_.reset();
 
   batchEnd_ = at;
-  if (!read.empty()) {
-    batchEnd_.last = read.back().first;
-    if (batchEnd_.ordinal) *batchEnd_.ordinal += read.size();
+  if (taken > 0) {
+    batchEnd_.last = read[taken - 1].first;
+    if (batchEnd_.ordinal) *batchEnd_.ordinal += taken;
   }
-  batchFull_ = read.size() == kBatch;
+  batchFull_ = !held && read.size() == kBatch;
   // A hand-set position learns its ordinal once it has read to the end.
-  if (!batchEnd_.ordinal && !batchFull_ && info.exists) batchEnd_.ordinal = info.entriesAdded;
+  if (!batchEnd_.ordinal && !batchFull_ && !held && info.exists) {
+    batchEnd_.ordinal = info.entriesAdded;
+  }
   lagEntries_ = batchEnd_.ordinal && info.entriesAdded > *batchEnd_.ordinal
                     ? info.entriesAdded - *batchEnd_.ordinal
                     : 0;
@@ -341,7 +364,7 @@ void Fleet::itemDone(size_t index, uint64_t count, const std::string& error) {
     spdlog::debug("fleet: entry {} from {} applied: {} file(s)", item.id.text(), item.entry.node,
                   count);
     if (item.entry.askAcks) ack(item.entry.uid, count);
-  } else if (zones_().empty()) {
+  } else if (awaitsNginx(item.entry.query.zone, zones_())) {
     awaitingWorkers_.push_back(index);  // the workers went; they come back
   } else if (++item.attempts < kAttempts) {
     applyItem(index);
@@ -358,6 +381,7 @@ void Fleet::itemDone(size_t index, uint64_t count, const std::string& error) {
 
 void Fleet::workersChanged() {
   if (stopped_ || zones_().empty()) return;
+  noteZones(zones_());
   if (!awaitingWorkers_.empty()) {
     const std::vector<size_t> retry = std::exchange(awaitingWorkers_, {});
     issuing_ = true;
@@ -375,7 +399,9 @@ void Fleet::finishBatch() {
     *position_ = batchEnd_;
     positionChanged();
   }
-  if (batchFull_) {
+  if (heldAt_) {
+    parked_ = true;  // until a worker announces a zone (workersChanged)
+  } else if (batchFull_) {
     batchFull_ = false;
     readNext();
   } else {
@@ -410,10 +436,21 @@ void Fleet::positionChanged() {
   }
 }
 
+void Fleet::noteZones(const std::vector<std::string>& served) {
+  bool added = false;
+  for (const std::string& zone : served) added = knownZones_.insert(zone).second || added;
+  if (added) positionChanged();
+}
+
+bool Fleet::awaitsNginx(const std::string& zone, const std::vector<std::string>& served) const {
+  if (std::find(served.begin(), served.end(), zone) != served.end()) return false;
+  return served.empty() || knownZones_.count(zone) > 0;
+}
+
 void Fleet::save() {
   if (!position_) return;
   try {
-    state_->save(*position_);
+    state_->save(FleetState{*position_, knownZones_});
     dirty_ = false;
     lastSaveError_.clear();
   } catch (const std::exception& e) {

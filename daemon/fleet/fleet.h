@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,11 @@ class Fleet {
   // Carries a purge out on this node's zones; done runs once, maybe at once.
   using Apply = std::function<void(const PurgeQuery& query, Applied done)>;
   // The zones this node's NGINX workers serve now; empty: none attached
-  // yet, and the stream waits (workersChanged() resumes it).
+  // yet, and the stream waits (workersChanged() resumes it).  An entry for
+  // a zone no worker serves now waits too, when this node's NGINX served
+  // that zone before (kept in the state file): NGINX is stopped or
+  // restarting, and the entry is applied, in order, once it is back.  An
+  // entry for a zone this node never served is skipped.
   using Zones = std::function<std::vector<std::string>()>;
   using Answer = std::function<void(nlohmann::json)>;
 
@@ -119,6 +124,10 @@ class Fleet {
   void finishBatch();
   void positionChanged();
   void save();
+  // Remembers the zones served now among this node's; true if one is new.
+  void noteZones(const std::vector<std::string>& served);
+  // An entry for zone must wait for this node's NGINX to serve it again.
+  bool awaitsNginx(const std::string& zone, const std::vector<std::string>& served) const;
 
   // Publishing.
   bool send(const FleetEntry& entry);
@@ -144,7 +153,9 @@ class Fleet {
   std::optional<FleetPosition> position_;
   bool reading_ = false;
   bool waiting_ = false;
-  bool parked_ = false;  // no worker serves a zone yet
+  bool parked_ = false;  // no worker serves a zone yet, or the zone of heldAt_
+  std::set<std::string> knownZones_;  // served here since the state file began
+  std::optional<StreamId> heldAt_;    // the entry the stream waits at
   std::vector<Item> batch_;
   size_t applying_ = 0;
   bool issuing_ = false;

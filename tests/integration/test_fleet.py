@@ -17,7 +17,8 @@ import subprocess
 import threading
 import unittest
 
-from harness import ESID, EsiTestCase, free_port, poll
+from harness import ESID, DidNotStart, EsiTestCase, Node, free_port, poll, \
+    start_nginx
 from test_esid import ensure_user
 
 REDIS = shutil.which("redis-server")
@@ -241,6 +242,68 @@ class FleetRestartTest(FleetTestCase):
         for path in ("/x1", "/x2", "/x3"):
             self.assertMiss(self.fleet["c"], path)
         self.assertEqual(self.fleet_stats(a)["fleet_published"], 3)
+
+
+class OtherZoneNode(Node):
+    """A second NGINX on a node's esid whose one cache zone is "other", not
+    "pages": that esid's workers serve a zone while "pages" is away."""
+
+    def __init__(self, test, node):
+        super().__init__(test, node.name + "-other")
+        self.socket_path = node.socket_path
+
+    def start_nginx(self):
+        def conf(port):
+            self.port = port
+            return self.test.nginx_conf(self.tmp, self.socket_path,
+                                        port).replace("pages", "other")
+        try:
+            self.nginx, _ = start_nginx(self.test.spawn, "%s-nginx" % self.name,
+                                        self.tmp, conf,
+                                        self.test.sanitizer_env())
+        except DidNotStart as e:
+            self.test.fail("%s: nginx did not start:\n%s" % (self.name, e.log))
+
+
+class FleetNginxAwayTest(FleetTestCase):
+    """Entries for a zone whose NGINX is away wait for it, however long,
+    across an esid restart too (the lost purges of issue 36: they were
+    skipped, "no NGINX worker here serves zone", and the position moved
+    past them).  b's esid also serves an NGINX of another zone, so that it
+    reads on while b's own NGINX is down."""
+    NODES = ("a", "b")
+
+    def test_purges_made_while_nginx_was_away_are_applied_when_it_is_back(self):
+        self.cache_everywhere("/s1", "/s2", "/keep")
+        b = self.fleet["b"]
+        other = OtherZoneNode(self, b)
+        self.nodes.append(other)
+        other.start_nginx()
+        self.assertTrue(poll(lambda: "zone other at" in b.esid.stderr()))
+        b.nginx.stop()
+        self.purge(self.fleet["a"], "/s1")
+        # b read it (and said why it cannot apply it yet)
+        self.assertTrue(poll(lambda: 'no NGINX worker here serves zone "pages"'
+                             in b.esid.stderr()), b.esid.stderr())
+        # stopped as systemd stops a node: NGINX first, then esid
+        other.nginx.stop()
+        b.esid.stop()
+        self.purge(self.fleet["a"], "/s2")
+        self.start_fleet_esid(b)
+        other.start_nginx()  # reading goes on; "pages" is not back yet
+        self.assertTrue(poll(lambda: "zone other at" in b.esid.stderr()))
+        self.assertTrue(poll(lambda: 'no NGINX worker here serves zone "pages"'
+                             in b.esid.stderr()), b.esid.stderr())
+        self.assertEqual(len(b.cache_files()), 3)
+        b.start_nginx()
+        self.await_files(b, 1)
+        self.assertMiss(b, "/s1")
+        self.assertMiss(b, "/s2")
+        _, headers, _ = b.get("/keep")
+        self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+        stats = self.fleet_stats(b)
+        self.assertEqual((stats["fleet_applied"], stats["fleet_skipped"]),
+                         (2, 0))
 
 
 class FleetHungRedisTest(FleetTestCase):
