@@ -475,7 +475,7 @@ TEST(Fleet, ARedisThatConnectsButNeverAnswersIsNotConnectedAndPurgesWait) {
     // command: what each does once it takes Redis for ready.
     while (redis.spokenTo() < 2) uv_run(&loop, UV_RUN_ONCE);
     for (const std::string& sent : redis.received()) {
-      EXPECT_EQ(sent.rfind("*1\r\n$4\r\nPING\r\n", 0), 0u) << sent;
+      EXPECT_EQ(sent.rfind("*1\r\n$4\r\nROLE\r\n", 0), 0u) << sent;
     }
     EXPECT_EQ(fleet.stats()["fleet_connected"], 0);
     const Publication p = fleet.published(PurgeQuery{PurgeQuery::Kind::kKey, "pages", "/a"}, 1, false);

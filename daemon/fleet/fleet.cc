@@ -556,7 +556,13 @@ void Fleet::heartbeat() {
                          {"pending", queue_.size()},
                          {"gaps", gaps_},
                          {"lag_entries", lagEntries_}};
-  writer_.command({"HSET", key("nodes"), options_.node, beat.dump()}, [](const redisReply*) {});
+  // A write every second: a primary demoted to a read-only replica under
+  // this connection is found out within one, even when no purge comes.
+  writer_.command({"HSET", key("nodes"), options_.node, beat.dump()}, [this](const redisReply* r) {
+    if (r != nullptr && r->type == REDIS_REPLY_ERROR && text(r).substr(0, 8) == "READONLY") {
+      writer_.drop("HSET refused: " + std::string(text(r)));
+    }
+  });
 }
 
 // --- Views -------------------------------------------------------------------

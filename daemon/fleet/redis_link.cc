@@ -161,21 +161,37 @@ void RedisLink::handshake() {
   // Ready only once Redis has answered on this connection: the kernel
   // completes a TCP connection to a Redis that hangs (stopped, swapping),
   // and one taken for live would be handed purges (answered "published")
-  // and counted connected until its first command timed out.
-  if (steps.empty()) steps.push_back({"PING"});
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const bool last = i + 1 == steps.size();
-    const std::string what = steps[i][0];
-    send(steps[i],
-         [this, last, what](const redisReply* reply) {
+  // and counted connected until its first command timed out.  And only on
+  // a primary: a replica (a failover demoted it) refuses every write.
+  steps.push_back({"ROLE"});
+  for (const std::vector<std::string>& step : steps) {
+    const std::string what = step[0];
+    send(step,
+         [this, what](const redisReply* reply) {
            if (reply == nullptr || state_ != State::kHandshake) return;
-           if (reply->type == REDIS_REPLY_ERROR) {
+           if (what == "ROLE") {
+             roleAnswered(reply);
+           } else if (reply->type == REDIS_REPLY_ERROR) {
              drop(what + " refused: " + std::string(reply->str, reply->len));
-           } else if (last) {
-             becomeReady();
            }
          },
          kCommandTimeoutMs);
+  }
+}
+
+void RedisLink::roleAnswered(const redisReply* reply) {
+  // An ACL may deny ROLE (it is @admin): then a refused write tells.
+  if (reply->type == REDIS_REPLY_ERROR || reply->type != REDIS_REPLY_ARRAY ||
+      reply->elements == 0 || reply->element[0]->type != REDIS_REPLY_STRING) {
+    becomeReady();
+    return;
+  }
+  const std::string role(reply->element[0]->str, reply->element[0]->len);
+  if (role == "master") {
+    becomeReady();
+  } else {
+    drop("it is a read-only " + std::string(role == "slave" ? "replica" : role) +
+         " (ROLE), not the primary: purges wait until it is one");
   }
 }
 
@@ -194,7 +210,12 @@ void RedisLink::onDisconnect(const redisAsyncContext* ac, int status) {
   auto* self = static_cast<RedisLink*>(ac->data);
   if (self == nullptr || self->ac_ != ac) return;  // we dropped it ourselves
   self->ac_ = nullptr;
-  self->lost(status == REDIS_OK ? "Redis closed the connection" : ac->errstr);
+  std::string why = status == REDIS_OK ? "Redis closed the connection" : ac->errstr;
+  // A TLS server resets a connection that does not begin with a handshake.
+  if (self->state_ == State::kHandshake) {
+    why += " before answering a command: if that port speaks TLS, write rediss:// in fleet";
+  }
+  self->lost(why);
 }
 
 void RedisLink::drop(const std::string& why) {

@@ -1,6 +1,7 @@
 // One connection to Redis on esid's loop (hiredis' async API through its
 // libuv adapter) that keeps itself up: it connects, authenticates, selects
-// the database, or PINGs (it is ready only once Redis has answered), and
+// the database and asks ROLE (it is ready only once Redis has answered, and
+// only on a primary: a replica refuses every write), and
 // when the connection breaks, times out or answers what hiredis cannot
 // parse, drops it and connects again after a backoff (100 ms, doubling up
 // to 5 s).  Nothing here ever blocks the loop.
@@ -88,6 +89,7 @@ class RedisLink {
 
   void connect();
   void handshake();
+  void roleAnswered(const redisReply* reply);
   void becomeReady();
   bool send(const std::vector<std::string>& args, Reply reply, uint64_t timeoutMs);
   // The connection is gone (ac_ already null): tell, and try again later.

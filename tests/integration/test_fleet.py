@@ -80,14 +80,17 @@ class FleetTestCase(EsiTestCase):
     # -- the pieces ------------------------------------------------------
 
     def start_redis(self):
+        self.redis = self.spawn_redis(self.redis_port, self.redis_dir)
+
+    def spawn_redis(self, port, directory):
         proc = self.spawn("redis-%d" % len(self.processes), [
-            REDIS, "--port", str(self.redis_port), "--bind", "127.0.0.1",
-            "--dir", self.redis_dir, "--appendonly", "yes", "--save", "",
+            REDIS, "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", directory, "--appendonly", "yes", "--save", "",
             "--daemonize", "no"])
         if not poll(lambda: not proc.alive()
-                    or redis_answers(self.redis_port)) or not proc.alive():
+                    or redis_answers(port)) or not proc.alive():
             self.fail("redis-server did not start:\n%s" % proc.stderr())
-        self.redis = proc
+        return proc
 
     def redis_cli(self, *args):
         r = subprocess.run([REDIS_CLI, "-p", str(self.redis_port)] + list(args),
@@ -342,6 +345,40 @@ class FleetHungRedisTest(FleetTestCase):
             self.await_files(node, 0)
         for path in ("/h1", "/h2"):
             self.assertMiss(self.fleet["b"], path)
+
+
+class FleetReplicaTest(FleetTestCase):
+    """The primary esid writes to becomes a read-only replica (REPLICAOF,
+    as a failover leaves the old primary): its purges are `pending`, not
+    `published` (issue 36: they were answered `published` while Redis
+    refused every entry), and go out once it is a primary again."""
+    NODES = ("a", "b")
+
+    def test_purges_wait_while_redis_is_a_replica(self):
+        self.cache_everywhere("/ro1", "/ro2", "/keep")
+        a = self.fleet["a"]
+        other_port = free_port()
+        other_dir = os.path.join(self.tmp, "redis-other")
+        os.mkdir(other_dir)
+        self.spawn_redis(other_port, other_dir)
+        self.redis_cli("REPLICAOF", "127.0.0.1", str(other_port))
+        # found out by the heartbeat's write, with no purge to tell
+        self.assertTrue(poll(lambda: "READONLY" in a.esid.stderr()),
+                        a.esid.stderr())
+        for path in ("/ro1", "/ro2"):
+            r = self.purge(a, path)
+            self.assertEqual(r.header("Cache-Purge-Fleet"), "pending")
+        self.assertIn("it is a read-only replica (ROLE), not the primary",
+                      a.esid.stderr())
+        stats = self.fleet_stats(a)
+        self.assertEqual((stats["fleet_connected"], stats["fleet_published"],
+                          stats["fleet_pending"]), (0, 0, 2))
+        self.redis_cli("REPLICAOF", "NO", "ONE")
+        b = self.fleet["b"]
+        self.await_files(b, 1)
+        self.assertMiss(b, "/ro1")
+        self.assertMiss(b, "/ro2")
+        self.assertEqual(self.fleet_stats(a)["fleet_published"], 2)
 
 
 class GarbageRedisTest(EsiTestCase):
