@@ -119,6 +119,16 @@ std::optional<esi::FleetOptions> fleetOptions(const esi::Settings& settings) {
   options.redis = esi::parseRedisUrl(fleet.url);
   options.redis.user = fleet.user;
   options.redis.password = fleet.password;
+  options.redis.tlsCaFile = fleet.tlsCaFile;
+  options.redis.tlsCertFile = fleet.tlsCertFile;
+  options.redis.tlsKeyFile = fleet.tlsKeyFile;
+  options.redis.tlsServerName = fleet.tlsServerName;
+  const bool tlsSet = !fleet.tlsCaFile.empty() || !fleet.tlsCertFile.empty() ||
+                      !fleet.tlsKeyFile.empty() || !fleet.tlsServerName.empty();
+  if (tlsSet && !options.redis.tls) {
+    throw std::invalid_argument("fleet_tls_* are set but fleet is " + options.redis.text() +
+                                ": write rediss:// for TLS");
+  }
   options.node = fleet.node;
   if (options.node.empty()) {
     char host[256] = {};

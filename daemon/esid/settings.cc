@@ -87,6 +87,10 @@ Settings Settings::resolve(const SettingsLayer& file, const SettingsLayer& comma
     if (layer->fleetStream) f.stream = *layer->fleetStream;
     if (layer->fleetUser) f.user = *layer->fleetUser;
     if (layer->fleetPassword) f.password = *layer->fleetPassword;
+    if (layer->fleetTlsCaFile) f.tlsCaFile = *layer->fleetTlsCaFile;
+    if (layer->fleetTlsCertFile) f.tlsCertFile = *layer->fleetTlsCertFile;
+    if (layer->fleetTlsKeyFile) f.tlsKeyFile = *layer->fleetTlsKeyFile;
+    if (layer->fleetTlsServerName) f.tlsServerName = *layer->fleetTlsServerName;
     if (layer->fleetOnGap) f.onGap = *layer->fleetOnGap;
     if (layer->fleetMaxEntries) f.maxEntries = *layer->fleetMaxEntries;
     if (layer->fleetQueue) f.queue = *layer->fleetQueue;
@@ -262,6 +266,14 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
         layer.fleetUser = std::string(value);
       } else if (key == "fleet_password") {
         layer.fleetPassword = std::string(value);
+      } else if (key == "fleet_tls_ca_file" || key == "fleet_tls_cert_file" ||
+                 key == "fleet_tls_key_file") {
+        if (value.front() != '/') throw std::invalid_argument(std::string(key) + " must be an absolute path");
+        (key == "fleet_tls_ca_file"     ? layer.fleetTlsCaFile
+         : key == "fleet_tls_cert_file" ? layer.fleetTlsCertFile
+                                        : layer.fleetTlsKeyFile) = std::string(value);
+      } else if (key == "fleet_tls_server_name") {
+        layer.fleetTlsServerName = std::string(value);
       } else if (key == "fleet_on_gap") {
         layer.fleetOnGap = parseGapAction(value);
       } else if (key == "fleet_max_entries") {
@@ -278,7 +290,8 @@ SettingsLayer parseSettingsFile(std::string_view text, std::string_view name) {
                                     "\" (known: socket, socket_group, socket_mode, ring_size, "
                                     "segment_arena, plan_store, log_level, control_group, fleet, "
                                     "fleet_node, fleet_stream, fleet_user, fleet_password, "
-                                    "fleet_on_gap, fleet_max_entries, fleet_queue, state_dir, "
+                                    "fleet_tls_ca_file, fleet_tls_cert_file, fleet_tls_key_file, "
+                                    "fleet_tls_server_name, fleet_on_gap, fleet_max_entries, fleet_queue, state_dir, "
                                     "metrics)");
       }
     } catch (const std::invalid_argument& e) {
@@ -341,6 +354,10 @@ std::vector<std::string> describeChanges(const Settings& before, const Settings&
   text("fleet_stream", a.stream, b.stream);
   text("fleet_user", a.user, b.user);
   if (a.password != b.password) changes.push_back("fleet_password changed");
+  text("fleet_tls_ca_file", a.tlsCaFile, b.tlsCaFile);
+  text("fleet_tls_cert_file", a.tlsCertFile, b.tlsCertFile);
+  text("fleet_tls_key_file", a.tlsKeyFile, b.tlsKeyFile);
+  text("fleet_tls_server_name", a.tlsServerName, b.tlsServerName);
   text("fleet_on_gap", a.onGap, b.onGap);
   text("fleet_max_entries", std::to_string(a.maxEntries), std::to_string(b.maxEntries));
   text("fleet_queue", std::to_string(a.queue), std::to_string(b.queue));

@@ -21,6 +21,12 @@
 //     fleet_stream = esi:purges         # the Redis stream
 //     fleet_user = esid                 # Redis ACL user and password: the file
 //     fleet_password = secret           # only, never the command line
+//     fleet_tls_ca_file = /etc/esid/redis-ca.pem    # rediss://: the CA that signed
+//                                       # Redis' certificate (default: the system's)
+//     fleet_tls_cert_file = /etc/esid/client.pem    # a client certificate and
+//     fleet_tls_key_file = /etc/esid/client.key     # its key, for tls-auth-clients
+//     fleet_tls_server_name = redis.internal        # the name checked against the
+//                                       # certificate (default: the URL's host)
 //     fleet_on_gap = purge_all          # or log: entries trimmed before read
 //     fleet_max_entries = 100000        # the stream keeps about this many
 //     fleet_queue = 10000               # entries kept while Redis is away
@@ -66,6 +72,10 @@ struct SettingsLayer {
   std::optional<std::string> fleetStream;
   std::optional<std::string> fleetUser;      // the file only
   std::optional<std::string> fleetPassword;  // the file only
+  std::optional<std::string> fleetTlsCaFile;
+  std::optional<std::string> fleetTlsCertFile;
+  std::optional<std::string> fleetTlsKeyFile;
+  std::optional<std::string> fleetTlsServerName;
   std::optional<std::string> fleetOnGap;     // purge_all or log
   std::optional<uint64_t> fleetMaxEntries;
   std::optional<uint64_t> fleetQueue;
@@ -80,6 +90,10 @@ struct FleetSettings {
   std::string stream = "esi:purges";
   std::string user;
   std::string password;
+  std::string tlsCaFile;      // empty: the system's CAs
+  std::string tlsCertFile;    // empty: no client certificate
+  std::string tlsKeyFile;
+  std::string tlsServerName;  // empty: the URL's host
   std::string onGap = "purge_all";
   uint64_t maxEntries = 100000;
   uint64_t queue = 10000;

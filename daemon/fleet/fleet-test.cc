@@ -344,11 +344,19 @@ TEST(RedisUrl, HostPortAndDatabase) {
   EXPECT_EQ(b.db, 0);
   EXPECT_EQ(parseRedisUrl("redis://[::1]:7000/0").host, "::1");
   EXPECT_EQ(parseRedisUrl("redis://[::1]:7000/0").text(), "redis://[::1]:7000/0");
+  EXPECT_FALSE(a.tls);
+  const RedisAddress tls = parseRedisUrl("rediss://redis.internal:6380/1");
+  EXPECT_TRUE(tls.tls);
+  EXPECT_EQ(tls.host, "redis.internal");
+  EXPECT_EQ(tls.port, 6380);
+  EXPECT_EQ(tls.text(), "rediss://redis.internal:6380/1");
 }
 
 TEST(RedisUrl, CredentialsAndOtherSchemesAreRefused) {
   EXPECT_THROW(parseRedisUrl("redis://user:secret@host:6379/0"), std::invalid_argument);
   EXPECT_THROW(parseRedisUrl("http://host"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("redisss://host"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("rediss://user:secret@host:6380/0"), std::invalid_argument);
   EXPECT_THROW(parseRedisUrl("redis://host:0"), std::invalid_argument);
   EXPECT_THROW(parseRedisUrl("redis://host:99999"), std::invalid_argument);
   EXPECT_THROW(parseRedisUrl("redis://:6379"), std::invalid_argument);

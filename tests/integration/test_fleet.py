@@ -69,9 +69,9 @@ class FleetTestCase(EsiTestCase):
             node = self.add_node(name)
             self.fleet[name] = node
             with open(os.path.join(node.tmp, "esid.conf"), "w") as f:
-                f.write("fleet = redis://127.0.0.1:%d/0\nfleet_node = %s\n"
-                        "state_dir = %s\nfleet_on_gap = %s\n" % (
-                            self.redis_port, name, node.tmp, self.ON_GAP))
+                f.write(self.fleet_settings() +
+                        "fleet_node = %s\nstate_dir = %s\nfleet_on_gap = %s\n"
+                        % (name, node.tmp, self.ON_GAP))
             self.start_fleet_esid(node)
             node.start_nginx()
         for node in self.fleet.values():
@@ -92,9 +92,16 @@ class FleetTestCase(EsiTestCase):
             self.fail("redis-server did not start:\n%s" % proc.stderr())
         return proc
 
+    def fleet_settings(self):
+        """The settings that say where Redis is and how to reach it."""
+        return "fleet = redis://127.0.0.1:%d/0\n" % self.redis_port
+
+    def redis_cli_connection(self):
+        return ["-p", str(self.redis_port)]
+
     def redis_cli(self, *args):
-        r = subprocess.run([REDIS_CLI, "-p", str(self.redis_port)] + list(args),
-                           capture_output=True, timeout=30)
+        r = subprocess.run([REDIS_CLI] + self.redis_cli_connection() +
+                           list(args), capture_output=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout.decode().strip()
 
