@@ -23,8 +23,8 @@ constexpr uint64_t kTickMs = 100;
 constexpr uint64_t kFirstBackoffMs = 100;
 constexpr uint64_t kMaxBackoffMs = 5000;
 // The TLS session's buffers toward and from the socket.
-constexpr size_t kTlsBuffer = 64 * 1024;
-constexpr size_t kReadBuffer = 64 * 1024;
+constexpr size_t kTlsBuffer = size_t{64} * 1024;
+constexpr size_t kReadBuffer = size_t{64} * 1024;
 
 int parsePart(std::string_view text, int low, int high, std::string_view what) {
   int value = 0;
@@ -105,6 +105,7 @@ struct RedisLink::Wire {
   bool tlsUp = false;
   redisReader* reader = redisReaderCreate();
   std::deque<Reply> calls;
+  char readBuffer[kReadBuffer]{};  // libuv reads into one buffer at a time
   // Why a write failed: dropped on the next tick, not inside command(),
   // whose caller counts on its reply to come later.
   std::string broken;
@@ -215,11 +216,10 @@ void RedisLink::onConnected(uv_connect_t* request, int status) {
   }
   uv_read_start(
       reinterpret_cast<uv_stream_t*>(&wire->tcp),
-      [](uv_handle_t*, size_t, uv_buf_t* buf) {
-        *buf = uv_buf_init(new char[kReadBuffer], kReadBuffer);
+      [](uv_handle_t* handle, size_t, uv_buf_t* buf) {
+        *buf = uv_buf_init(static_cast<Wire*>(handle->data)->readBuffer, kReadBuffer);
       },
       [](uv_stream_t* stream, ssize_t n, const uv_buf_t* buf) {
-        std::unique_ptr<char[]> bytes(buf->base);
         RedisLink* link = static_cast<Wire*>(stream->data)->link;
         if (link == nullptr || n == 0) return;
         if (n < 0) {
@@ -234,7 +234,7 @@ void RedisLink::onConnected(uv_connect_t* request, int status) {
           link->drop(why);
           return;
         }
-        link->received(bytes.get(), static_cast<size_t>(n));
+        link->received(buf->base, static_cast<size_t>(n));
       });
   if (!self->tls_) {
     self->handshake();
