@@ -50,7 +50,9 @@ struct FleetOptions {
 };
 
 // What became of a purge in the fleet: status "published" (handed to a live
-// Redis connection), "pending" (queued until Redis is back) or "refused"
+// connection to a primary that answered on it; kept until Redis answers the
+// XADD, and appended again should it refuse it), "pending" (queued until
+// such a connection is back) or "refused"
 // (not an entry the others could take, see checkEntry); uid names it for
 // acknowledgements.
 struct Publication {
