@@ -637,6 +637,10 @@ int fleet(const std::string& socketPath, bool json) {
   if (!body.value("last_gap", "").empty()) {
     std::printf("purges lost: %s\n", body.value("last_gap", "").c_str());
   }
+  if (!body.value("waiting_at", "").empty()) {
+    std::printf("waiting at entry %s: no NGINX worker here serves zone \"%s\" now\n",
+                body.value("waiting_at", "").c_str(), body.value("waiting_zone", "").c_str());
+  }
   if (body.contains("stream_entries")) {
     std::printf("stream: %llu entries kept of %llu added, last %s\n",
                 body.value("stream_entries", 0ULL), body.value("stream_entries_added", 0ULL),

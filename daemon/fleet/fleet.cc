@@ -287,6 +287,7 @@ void Fleet::onRead(const redisReply* reply) {
                      id.text(), entry->node, entry->query.zone);
       }
       heldAt_ = id;
+      heldZone_ = entry->query.zone;
       held = true;
       break;
     } else if (std::find(served.begin(), served.end(), entry->query.zone) == served.end()) {
@@ -592,6 +593,8 @@ void Fleet::describe(const Answer& answer) {
                          {"state_file", state_ ? state_->path() : ""},
                          {"on_gap", options_.onGap == GapAction::kLog ? "log" : "purge_all"},
                          {"last_gap", lastGap_},
+                         {"waiting_at", heldAt_ ? heldAt_->text() : ""},
+                         {"waiting_zone", heldAt_ ? heldZone_ : ""},
                          {"stats", stats()},
                          {"nodes", nlohmann::json::array()}};
   if (!writer_.ready()) {

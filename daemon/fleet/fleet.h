@@ -158,6 +158,7 @@ class Fleet {
   bool parked_ = false;  // no worker serves a zone yet, or the zone of heldAt_
   std::set<std::string> knownZones_;  // served here since the state file began
   std::optional<StreamId> heldAt_;    // the entry the stream waits at
+  std::string heldZone_;              // and its zone
   std::vector<Item> batch_;
   size_t applying_ = 0;
   bool issuing_ = false;

@@ -305,6 +305,9 @@ class FleetNginxAwayTest(FleetTestCase):
         self.assertTrue(poll(lambda: 'no NGINX worker here serves zone "pages"'
                              in b.esid.stderr()), b.esid.stderr())
         self.assertEqual(len(b.cache_files()), 3)
+        r = b.esictl("fleet")
+        self.assertRegex(r.stdout.decode(), r"waiting at entry \d+-\d+: no "
+                         r'NGINX worker here serves zone "pages" now\n')
         b.start_nginx()
         self.await_files(b, 1)
         self.assertMiss(b, "/s1")
