@@ -268,11 +268,12 @@ class OtherZoneNode(Node):
             return self.test.nginx_conf(self.tmp, self.socket_path,
                                         port).replace("pages", "other")
         try:
-            self.nginx, _ = start_nginx(self.test.spawn, "%s-nginx" % self.name,
-                                        self.tmp, conf,
-                                        self.test.sanitizer_env())
+            self.nginx, _ = start_nginx(self.test.spawn,
+                                        "%s-nginx" % self.name, self.tmp,
+                                        conf, self.test.sanitizer_env())
         except DidNotStart as e:
-            self.test.fail("%s: nginx did not start:\n%s" % (self.name, e.log))
+            self.test.fail("%s: nginx did not start:\n%s" % (self.name,
+                                                              e.log))
 
 
 class FleetNginxAwayTest(FleetTestCase):
@@ -283,7 +284,8 @@ class FleetNginxAwayTest(FleetTestCase):
     reads on while b's own NGINX is down."""
     NODES = ("a", "b")
 
-    def test_purges_made_while_nginx_was_away_are_applied_when_it_is_back(self):
+    def test_purges_made_while_nginx_was_away_are_applied_once_it_is_back(
+            self):
         self.cache_everywhere("/s1", "/s2", "/keep")
         b = self.fleet["b"]
         other = OtherZoneNode(self, b)

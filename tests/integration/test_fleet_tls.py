@@ -40,7 +40,8 @@ class Certificates:
         r = subprocess.run([OPENSSL] + list(argv), capture_output=True,
                            timeout=60, cwd=self.dir)
         if r.returncode != 0:
-            raise AssertionError("openssl %s: %s" % (argv[0], r.stderr.decode()))
+            raise AssertionError("openssl %s: %s" % (argv[0],
+                                                     r.stderr.decode()))
 
     def new_key(self, name):
         return ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
@@ -89,13 +90,16 @@ class TlsRedis:
                            capture_output=True, timeout=30)
         return r.stdout.startswith(b"PONG")
 
-    def start(self, server="server"):
-        port = free_port()
-        directory = os.path.join(self.test.tmp, "redis-" + server)
-        os.mkdir(directory)
+    def start(self, server="server", port=None):
+        """A redis-server on a TLS port (port, or a free one): (port,
+        process)."""
+        port = port or free_port()
+        directory = os.path.join(self.test.tmp, "redis-%s-%d" % (server, port))
+        os.makedirs(directory, exist_ok=True)
         proc = self.test.spawn("redis-tls-" + server, [
             REDIS, "--port", "0", "--tls-port", str(port),
             "--bind", "127.0.0.1", "--dir", directory, "--save", "",
+            "--appendonly", "yes",
             "--tls-cert-file", self.certs.crt(server),
             "--tls-key-file", self.certs.key(server),
             "--tls-ca-cert-file", self.certs.crt("ca"),
@@ -104,7 +108,7 @@ class TlsRedis:
                 or not proc.alive():
             self.test.fail("redis-server with TLS did not start:\n%s"
                            % proc.stderr())
-        return port
+        return port, proc
 
     def settings(self, port, ca="ca", client=True, server_name=SERVER_NAME):
         text = "fleet = rediss://127.0.0.1:%d/0\n" % port
@@ -123,7 +127,7 @@ class FleetTlsTest(FleetTestCase):
 
     def start_redis(self):
         self.tls = TlsRedis(self)
-        self.redis_port = self.tls.start()
+        self.redis_port, self.redis = self.tls.start()
 
     def fleet_settings(self):
         return self.tls.settings(self.redis_port)
@@ -141,6 +145,19 @@ class FleetTlsTest(FleetTestCase):
         self.assertIn("fleet writer: connected to rediss://127.0.0.1:%d/0 "
                       "over TLS" % self.redis_port, a.esid.stderr())
         self.assertEqual(self.redis_cli("XLEN", "esi:purges"), "1")
+
+    def test_purges_made_while_redis_was_down_go_out_over_tls(self):
+        self.cache_everywhere("/d", "/keep")
+        a, b = self.fleet["a"], self.fleet["b"]
+        self.redis.stop()
+        self.assertTrue(poll(lambda: self.fleet_stats(a)["fleet_connected"]
+                             == 0))
+        r = self.purge(a, "/d")
+        self.assertEqual(r.header("Cache-Purge-Fleet"), "pending")
+        self.redis = self.tls.start(port=self.redis_port)[1]
+        self.await_files(b, 1)
+        self.assertMiss(b, "/d")
+        self.assertEqual(self.fleet_stats(a)["fleet_published"], 1)
 
 
 @unittest.skipIf(REDIS is None or REDIS_CLI is None or OPENSSL is None,
@@ -181,26 +198,26 @@ class FleetTlsFaultTest(EsiTestCase):
         self.assertTrue(self.esid.alive())
 
     def test_a_certificate_from_another_ca(self):
-        self.start_fleet_esid(self.tls.settings(self.tls.start(),
+        self.start_fleet_esid(self.tls.settings(self.tls.start()[0],
                                                 ca="other-ca"))
         self.assertRefused("(not signed by a CA of fleet_tls_ca_file)")
 
     def test_an_expired_certificate(self):
         self.tls.certs.sign("expired", "ca", "serverAuth",
                             "DNS:" + SERVER_NAME, days=-1)
-        self.start_fleet_esid(self.tls.settings(self.tls.start("expired")))
+        self.start_fleet_esid(self.tls.settings(self.tls.start("expired")[0]))
         self.assertRefused("TLS: Redis' certificate is refused: certificate "
                            "has expired")
 
     def test_a_certificate_for_another_name(self):
         # without fleet_tls_server_name the URL's 127.0.0.1 is checked
-        self.start_fleet_esid(self.tls.settings(self.tls.start(),
+        self.start_fleet_esid(self.tls.settings(self.tls.start()[0],
                                                 server_name=None))
         self.assertRefused("TLS: Redis' certificate is refused: IP address "
                            "mismatch")
 
     def test_no_client_certificate_where_redis_asks_for_one(self):
-        self.start_fleet_esid(self.tls.settings(self.tls.start(),
+        self.start_fleet_esid(self.tls.settings(self.tls.start()[0],
                                                 client=False))
         self.assertRefused("TLS: tlsv13 alert certificate required")
 
@@ -215,7 +232,7 @@ class FleetTlsFaultTest(EsiTestCase):
                            "Redis there? then redis:// in fleet")
 
     def test_a_tls_redis_on_a_plain_url(self):
-        port = self.tls.start()
+        port, _ = self.tls.start()
         self.start_fleet_esid("fleet = redis://127.0.0.1:%d/0\n" % port)
         self.assertRefused("before answering a command: if that port speaks "
                            "TLS, write rediss:// in fleet")
