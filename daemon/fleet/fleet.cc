@@ -236,6 +236,7 @@ void Fleet::onRead(const redisReply* reply) {
 
   // From here on purges are ordered, and may complete at once.
   issuing_ = true;
+  const std::optional<StreamId> wasHeldAt = std::exchange(heldAt_, std::nullopt);
   const StreamId origin{};
   if ((!info.exists && at.last != origin) || (info.exists && info.lastGenerated < at.last)) {
     // The stream is not the one this node read: Redis lost it or it was
@@ -264,7 +265,6 @@ void Fleet::onRead(const redisReply* reply) {
   const std::vector<std::string> served = zones_();
   noteZones(served);
   size_t taken = 0;  // entries read that this batch moves past
-  bool held = false;
   for (const auto& [id, fieldsReply] : read) {
     std::vector<std::pair<std::string_view, std::string_view>> fields;
     bool parsed = fieldsReply->type == REDIS_REPLY_ARRAY && fieldsReply->elements % 2 == 0;
@@ -281,14 +281,13 @@ void Fleet::onRead(const redisReply* reply) {
       ++own_;  // carried out here already
     } else if (awaitsNginx(entry->query.zone, served)) {
       // The position stays before it: applied, in order, once NGINX is back.
-      if (heldAt_ != id) {
+      if (wasHeldAt != id) {
         spdlog::warn("fleet: entry {} from {} waits: no NGINX worker here serves zone \"{}\" "
                      "now; it and the entries after it are applied once one does",
                      id.text(), entry->node, entry->query.zone);
       }
       heldAt_ = id;
       heldZone_ = entry->query.zone;
-      held = true;
       break;
     } else if (std::find(served.begin(), served.end(), entry->query.zone) == served.end()) {
       spdlog::warn("fleet: skipping entry {} from {}: no NGINX worker here serves zone \"{}\"",
@@ -299,16 +298,15 @@ void Fleet::onRead(const redisReply* reply) {
     }
     ++taken;
   }
-  if (!held) heldAt_.reset();
 
   batchEnd_ = at;
   if (taken > 0) {
     batchEnd_.last = read[taken - 1].first;
     if (batchEnd_.ordinal) *batchEnd_.ordinal += taken;
   }
-  batchFull_ = !held && read.size() == kBatch;
+  batchFull_ = !heldAt_ && read.size() == kBatch;
   // A hand-set position learns its ordinal once it has read to the end.
-  if (!batchEnd_.ordinal && !batchFull_ && !held && info.exists) {
+  if (!batchEnd_.ordinal && !batchFull_ && !heldAt_ && info.exists) {
     batchEnd_.ordinal = info.entriesAdded;
   }
   lagEntries_ = batchEnd_.ordinal && info.entriesAdded > *batchEnd_.ordinal

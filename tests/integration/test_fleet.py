@@ -276,27 +276,43 @@ class OtherZoneNode(Node):
                                                               e.log))
 
 
-class FleetNginxAwayTest(FleetTestCase):
-    """Entries for a zone whose NGINX is away wait for it, however long,
-    across an esid restart too (the lost purges of issue 36: they were
-    skipped, "no NGINX worker here serves zone", and the position moved
-    past them).  b's esid also serves an NGINX of another zone, so that it
-    reads on while b's own NGINX is down."""
+class FleetNginxAwayCase(FleetTestCase):
+    """b's esid also serves an NGINX of another zone, so that it reads on
+    while b's own NGINX ("pages") is down."""
     NODES = ("a", "b")
 
-    def test_purges_made_while_nginx_was_away_are_applied_once_it_is_back(
-            self):
-        self.cache_everywhere("/s1", "/s2", "/keep")
+    def start_other_zone(self):
         b = self.fleet["b"]
         other = OtherZoneNode(self, b)
         self.nodes.append(other)
         other.start_nginx()
         self.assertTrue(poll(lambda: "zone other at" in b.esid.stderr()))
-        b.nginx.stop()
-        self.purge(self.fleet["a"], "/s1")
-        # b read it (and said why it cannot apply it yet)
+        return other
+
+    def await_waiting(self):
+        """b read an entry of "pages" and said why it cannot apply it."""
+        b = self.fleet["b"]
         self.assertTrue(poll(lambda: 'no NGINX worker here serves zone "pages"'
                              in b.esid.stderr()), b.esid.stderr())
+
+    def purge_while_pages_is_away(self, path):
+        self.fleet["b"].nginx.stop()
+        self.purge(self.fleet["a"], path)
+        self.await_waiting()
+
+
+class FleetNginxAwayTest(FleetNginxAwayCase):
+    """Entries for a zone whose NGINX is away wait for it, however long,
+    across an esid restart too (the lost purges of issue 36: they were
+    skipped, "no NGINX worker here serves zone", and the position moved
+    past them)."""
+
+    def test_purges_made_while_nginx_was_away_are_applied_once_it_is_back(
+            self):
+        self.cache_everywhere("/s1", "/s2", "/keep")
+        b = self.fleet["b"]
+        other = self.start_other_zone()
+        self.purge_while_pages_is_away("/s1")
         # stopped as systemd stops a node: NGINX first, then esid
         other.nginx.stop()
         b.esid.stop()
@@ -304,8 +320,7 @@ class FleetNginxAwayTest(FleetTestCase):
         self.start_fleet_esid(b)
         other.start_nginx()  # reading goes on; "pages" is not back yet
         self.assertTrue(poll(lambda: "zone other at" in b.esid.stderr()))
-        self.assertTrue(poll(lambda: 'no NGINX worker here serves zone "pages"'
-                             in b.esid.stderr()), b.esid.stderr())
+        self.await_waiting()
         self.assertEqual(len(b.cache_files()), 3)
         r = b.esictl("fleet")
         self.assertRegex(r.stdout.decode(), r"waiting at entry \d+-\d+: no "
@@ -319,6 +334,27 @@ class FleetNginxAwayTest(FleetTestCase):
         stats = self.fleet_stats(b)
         self.assertEqual((stats["fleet_applied"], stats["fleet_skipped"]),
                          (2, 0))
+
+
+class FleetNginxAwayGapTest(FleetNginxAwayCase):
+    """A node that waits for its NGINX and then finds the stream reset
+    reads on from the new stream's start, not waiting still (it parked
+    for good)."""
+    ON_GAP = "log"
+
+    def test_a_stream_reset_while_an_entry_waits_for_nginx(self):
+        self.cache_everywhere("/first", "/s1", "/later", "/keep")
+        b = self.fleet["b"]
+        self.purge(self.fleet["a"], "/first")  # b's position: past it
+        self.await_files(b, 3)
+        self.start_other_zone()
+        self.purge_while_pages_is_away("/s1")
+        self.redis_cli("DEL", STREAM)  # /s1's entry lost: a gap
+        b.start_nginx()
+        self.assertTrue(poll(lambda: self.fleet_stats(b)["fleet_gaps"] == 1))
+        self.purge(self.fleet["a"], "/later")
+        self.await_files(b, 2)
+        self.assertMiss(b, "/later")
 
 
 class FleetHungRedisTest(FleetTestCase):
