@@ -146,6 +146,20 @@ class FleetTlsTest(FleetTestCase):
                       "over TLS" % self.redis_port, a.esid.stderr())
         self.assertEqual(self.redis_cli("XLEN", "esi:purges"), "1")
 
+    def test_a_read_of_many_tls_records_is_taken_whole(self):
+        # b, back, reads the ten entries it missed in one XREAD: some
+        # 60 KB, several TLS records and socket reads
+        b = self.fleet["b"]
+        b.esid.stop()
+        keys = ["/%d" % i + "k" * 6000 for i in range(10)]
+        for key in keys:
+            r = self.fleet["a"].esictl("purge", "pages", key)
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.start_fleet_esid(b)
+        self.assertTrue(poll(lambda: self.fleet_stats(b)["fleet_applied"]
+                             == 10), b.esid.stderr())
+        self.assertEqual(self.fleet_stats(b)["fleet_skipped"], 0)
+
     def test_purges_made_while_redis_was_down_go_out_over_tls(self):
         self.cache_everywhere("/d", "/keep")
         a, b = self.fleet["a"], self.fleet["b"]
