@@ -586,6 +586,7 @@ void Fleet::describe(const Answer& answer) {
   nlohmann::json self = {{"node", options_.node},
                          {"stream", options_.stream},
                          {"redis", options_.redis.text()},
+                         {"tls", options_.redis.tls},
                          {"connected", reader_.ready() && writer_.ready()},
                          {"last", position_ ? position_->last.text() : ""},
                          {"state_file", state_ ? state_->path() : ""},

@@ -145,6 +145,9 @@ class FleetTlsTest(FleetTestCase):
         self.assertIn("fleet writer: connected to rediss://127.0.0.1:%d/0 "
                       "over TLS" % self.redis_port, a.esid.stderr())
         self.assertEqual(self.redis_cli("XLEN", "esi:purges"), "1")
+        r = a.esictl("fleet")
+        self.assertIn("node a on esi:purges of rediss://127.0.0.1:%d/0 (TLS): "
+                      "connected" % self.redis_port, r.stdout.decode())
 
     def test_a_read_of_many_tls_records_is_taken_whole(self):
         # b, back, reads the ten entries it missed in one XREAD: some
