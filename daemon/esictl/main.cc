@@ -627,15 +627,19 @@ int fleet(const std::string& socketPath, bool json) {
     return 0;
   }
   const nlohmann::json& stats = body["stats"];
-  std::printf("node %s on %s of %s: %s, last applied %s, lag %llu entries, %llu pending, "
+  std::printf("node %s on %s of %s%s: %s, last applied %s, lag %llu entries, %llu pending, "
               "%llu gap(s)\n",
               body.value("node", "").c_str(), body.value("stream", "").c_str(),
-              body.value("redis", "").c_str(),
+              body.value("redis", "").c_str(), body.value("tls", false) ? " (TLS)" : "",
               body.value("connected", false) ? "connected" : "Redis unreachable",
               body.value("last", "").c_str(), stats.value("fleet_lag_entries", 0ULL),
               stats.value("fleet_pending", 0ULL), stats.value("fleet_gaps", 0ULL));
   if (!body.value("last_gap", "").empty()) {
     std::printf("purges lost: %s\n", body.value("last_gap", "").c_str());
+  }
+  if (!body.value("waiting_at", "").empty()) {
+    std::printf("waiting at entry %s: no NGINX worker here serves zone \"%s\" now\n",
+                body.value("waiting_at", "").c_str(), body.value("waiting_zone", "").c_str());
   }
   if (body.contains("stream_entries")) {
     std::printf("stream: %llu entries kept of %llu added, last %s\n",

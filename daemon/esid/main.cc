@@ -88,6 +88,16 @@ std::optional<esi::FleetOptions> fleetOptions(const esi::Settings& settings) {
   options.redis = esi::parseRedisUrl(settings.fleet);
   options.redis.user = settings.fleetUser;
   options.redis.password = settings.fleetPassword;
+  options.redis.tlsCaFile = settings.fleetTlsCaFile;
+  options.redis.tlsCertFile = settings.fleetTlsCertFile;
+  options.redis.tlsKeyFile = settings.fleetTlsKeyFile;
+  options.redis.tlsServerName = settings.fleetTlsServerName;
+  const bool tlsSet = !settings.fleetTlsCaFile.empty() || !settings.fleetTlsCertFile.empty() ||
+                      !settings.fleetTlsKeyFile.empty() || !settings.fleetTlsServerName.empty();
+  if (tlsSet && !options.redis.tls) {
+    throw std::invalid_argument("fleet_tls_* are set but fleet is " + options.redis.text() +
+                                ": write rediss:// for TLS");
+  }
   options.node = settings.fleetNode;
   if (options.node.empty()) {
     char host[256] = {};

@@ -298,6 +298,22 @@ TEST(SettingsFile, FleetKeysAreReadAndTheCommandLineWins) {
   EXPECT_EQ(Settings::resolve({}, {}).fleetOnGap, "purge_all");
 }
 
+TEST(SettingsFile, FleetTlsKeysAreRead) {
+  const Settings s = Settings::resolve(
+      parseSettingsFile("fleet = rediss://redis.internal:6380/0\n"
+                        "fleet_tls_ca_file = /etc/esid/ca.pem\n"
+                        "fleet_tls_cert_file = /etc/esid/client.pem\n"
+                        "fleet_tls_key_file = /etc/esid/client.key\n"
+                        "fleet_tls_server_name = redis.test\n",
+                        "f"),
+      {});
+  EXPECT_EQ(s.fleetTlsCaFile, "/etc/esid/ca.pem");
+  EXPECT_EQ(s.fleetTlsCertFile, "/etc/esid/client.pem");
+  EXPECT_EQ(s.fleetTlsKeyFile, "/etc/esid/client.key");
+  EXPECT_EQ(s.fleetTlsServerName, "redis.test");
+  EXPECT_THROW(parseSettingsFile("fleet_tls_key_file = client.key\n", "f"), std::invalid_argument);
+}
+
 TEST(SettingsFile, BadFleetValuesAreRefusedAndAPasswordIsNeverShown) {
   EXPECT_THROW(parseSettingsFile("fleet_on_gap = shrug\n", "f"), std::invalid_argument);
   EXPECT_THROW(parseSettingsFile("fleet_queue = 0\n", "f"), std::invalid_argument);

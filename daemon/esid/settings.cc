@@ -211,6 +211,13 @@ std::string absolutePath(std::string_view text) {
   return std::string(text);
 }
 
+std::string tlsFile(std::string_view text) {
+  if (text.empty() || text.front() != '/') {
+    throw std::invalid_argument("a fleet_tls_*_file must be an absolute path");
+  }
+  return std::string(text);
+}
+
 uint64_t fleetMaxEntries(std::string_view text) {
   return parseCount(text, "fleet_max_entries", 100, uint64_t{1} << 32);
 }
@@ -282,6 +289,10 @@ constexpr SettingSpec kSettingTable[] = {
     setting<&Settings::fleetStream, anyText>({.key = "fleet_stream", .value = "esi:purges"}),
     setting<&Settings::fleetUser, anyText>({.key = "fleet_user"}),
     setting<&Settings::fleetPassword, anyText>({.key = "fleet_password", .secret = true}),
+    setting<&Settings::fleetTlsCaFile, tlsFile>({.key = "fleet_tls_ca_file"}),
+    setting<&Settings::fleetTlsCertFile, tlsFile>({.key = "fleet_tls_cert_file"}),
+    setting<&Settings::fleetTlsKeyFile, tlsFile>({.key = "fleet_tls_key_file"}),
+    setting<&Settings::fleetTlsServerName, anyText>({.key = "fleet_tls_server_name"}),
     setting<&Settings::fleetOnGap, parseGapAction>({.key = "fleet_on_gap", .value = "purge_all"}),
     setting<&Settings::fleetMaxEntries, fleetMaxEntries>({
         .key = "fleet_max_entries", .value = "100000"}),

@@ -51,6 +51,10 @@ struct Settings {
   std::string fleetStream;
   std::string fleetUser;      // the file only
   std::string fleetPassword;  // the file only
+  std::string fleetTlsCaFile;      // rediss://; empty: the system's CAs
+  std::string fleetTlsCertFile;    // empty: no client certificate
+  std::string fleetTlsKeyFile;
+  std::string fleetTlsServerName;  // empty: the URL's host
   std::string fleetOnGap;     // purge_all or log
   uint64_t fleetMaxEntries = 0;
   uint64_t fleetQueue = 0;

@@ -200,12 +200,13 @@ TEST(StateFile, APositionSurvivesARestart) {
   const StateFile file(dir, "esi:purges");
   EXPECT_EQ(file.path(), dir + "/fleet-esi_purges.state");
   EXPECT_FALSE(file.load());
-  file.save(FleetPosition{StreamId{1796172032767, 3}, 42});
-  file.save(FleetPosition{StreamId{1796172032767, 4}, 43});
+  file.save(FleetState{FleetPosition{StreamId{1796172032767, 3}, 42}, {}});
+  file.save(FleetState{FleetPosition{StreamId{1796172032767, 4}, 43}, {"pages", "site"}});
   const auto back = StateFile(dir, "esi:purges").load();
   ASSERT_TRUE(back);
-  EXPECT_EQ(back->last, (StreamId{1796172032767, 4}));
-  EXPECT_EQ(back->ordinal, 43u);
+  EXPECT_EQ(back->position.last, (StreamId{1796172032767, 4}));
+  EXPECT_EQ(back->position.ordinal, 43u);
+  EXPECT_EQ(back->zones, (std::set<std::string>{"pages", "site"}));
   // Renamed into place, no temporary left; the owner's alone.
   EXPECT_EQ(namesIn(dir), std::set<std::string>{"fleet-esi_purges.state"});
   struct stat st;
@@ -224,12 +225,12 @@ TEST(StateFile, ALinkAtItsNameIsNeitherFollowedNorQuoted) {
   EXPECT_NE(error.find(file.path() + " is a symbolic link"), std::string::npos) << error;
   EXPECT_EQ(error.find("top-secret"), std::string::npos) << error;
   // A save replaces the link itself.
-  file.save(FleetPosition{StreamId{5, 0}, 1});
+  file.save(FleetState{FleetPosition{StreamId{5, 0}, 1}, {}});
   EXPECT_EQ(readFile(secret.path), "top-secret-first-line\n");
   struct stat st;
   ASSERT_EQ(lstat(file.path().c_str(), &st), 0);
   EXPECT_TRUE(S_ISREG(st.st_mode));
-  EXPECT_EQ(file.load()->last, (StreamId{5, 0}));
+  EXPECT_EQ(file.load()->position.last, (StreamId{5, 0}));
 }
 
 TEST(StateFile, ALinkAtATemporaryNameIsNotWrittenThrough) {
@@ -238,12 +239,12 @@ TEST(StateFile, ALinkAtATemporaryNameIsNotWrittenThrough) {
   const StateFile file(dir, "esi:purges");
   // The name esid once wrote its temporary to, O_TRUNC and all.
   ASSERT_EQ(symlink(secret.path.c_str(), (file.path() + ".tmp").c_str()), 0);
-  file.save(FleetPosition{StreamId{6, 0}, 2});
+  file.save(FleetState{FleetPosition{StreamId{6, 0}, 2}, {}});
   EXPECT_EQ(readFile(secret.path), "top-secret-first-line\n");
   struct stat st;
   ASSERT_EQ(stat(secret.path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_EQ(file.load()->last, (StreamId{6, 0}));
+  EXPECT_EQ(file.load()->position.last, (StreamId{6, 0}));
 }
 
 TEST(StateFile, AHardLinkOrAFifoAtItsNameIsRefusedUnread) {
@@ -286,14 +287,14 @@ TEST(StateFile, AStateDirOthersMayWriteInOrALinkToOneIsRefused) {
 
 TEST(StateFile, AMissingStateDirIsMade) {
   const std::string dir = tempDir() + "/new";
-  StateFile(dir, "s").save(FleetPosition{StreamId{1, 0}, std::nullopt});
+  StateFile(dir, "s").save(FleetState{FleetPosition{StreamId{1, 0}, std::nullopt}, {}});
   struct stat st;
   ASSERT_EQ(stat(dir.c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
 }
 
 TEST(StateFile, AHandSetPositionHasNoOrdinal) {
-  const FleetPosition p = parseState("stream s\nlast 17-2   # by hand\n", "s", "f");
+  const FleetPosition p = parseState("stream s\nlast 17-2   # by hand\n", "s", "f").position;
   EXPECT_EQ(p.last, (StreamId{17, 2}));
   EXPECT_FALSE(p.ordinal);
 }
@@ -304,7 +305,10 @@ TEST(StateFile, ACorruptFileOrAnotherStreamsStopsEsid) {
   EXPECT_THROW(parseState("stream other\nlast 1-0\n", "s", "f"), std::runtime_error);
   EXPECT_THROW(parseState("stream s\nlast 1-0\nordinal x\n", "s", "f"), std::runtime_error);
   EXPECT_THROW(parseState("stream s\nlast 1-0\nfirst 0-0\n", "s", "f"), std::runtime_error);
-  EXPECT_EQ(parseState(formatState("s", FleetPosition{StreamId{9, 9}, 3}), "s", "f").ordinal, 3u);
+  EXPECT_EQ(parseState(formatState("s", FleetState{FleetPosition{StreamId{9, 9}, 3}, {}}), "s", "f")
+                .position.ordinal,
+            3u);
+  EXPECT_THROW(parseState("stream s\nlast 1-0\nzone\n", "s", "f"), std::runtime_error);
 }
 
 TEST(PendingQueue, KeepsOrderAndDropsTheOldestWhenFull) {
@@ -340,11 +344,19 @@ TEST(RedisUrl, HostPortAndDatabase) {
   EXPECT_EQ(b.db, 0);
   EXPECT_EQ(parseRedisUrl("redis://[::1]:7000/0").host, "::1");
   EXPECT_EQ(parseRedisUrl("redis://[::1]:7000/0").text(), "redis://[::1]:7000/0");
+  EXPECT_FALSE(a.tls);
+  const RedisAddress tls = parseRedisUrl("rediss://redis.internal:6380/1");
+  EXPECT_TRUE(tls.tls);
+  EXPECT_EQ(tls.host, "redis.internal");
+  EXPECT_EQ(tls.port, 6380);
+  EXPECT_EQ(tls.text(), "rediss://redis.internal:6380/1");
 }
 
 TEST(RedisUrl, CredentialsAndOtherSchemesAreRefused) {
   EXPECT_THROW(parseRedisUrl("redis://user:secret@host:6379/0"), std::invalid_argument);
   EXPECT_THROW(parseRedisUrl("http://host"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("redisss://host"), std::invalid_argument);
+  EXPECT_THROW(parseRedisUrl("rediss://user:secret@host:6380/0"), std::invalid_argument);
   EXPECT_THROW(parseRedisUrl("redis://host:0"), std::invalid_argument);
   EXPECT_THROW(parseRedisUrl("redis://host:99999"), std::invalid_argument);
   EXPECT_THROW(parseRedisUrl("redis://:6379"), std::invalid_argument);
@@ -471,7 +483,7 @@ TEST(Fleet, ARedisThatConnectsButNeverAnswersIsNotConnectedAndPurgesWait) {
     // command: what each does once it takes Redis for ready.
     while (redis.spokenTo() < 2) uv_run(&loop, UV_RUN_ONCE);
     for (const std::string& sent : redis.received()) {
-      EXPECT_EQ(sent.rfind("*1\r\n$4\r\nPING\r\n", 0), 0u) << sent;
+      EXPECT_EQ(sent.rfind("*1\r\n$4\r\nROLE\r\n", 0), 0u) << sent;
     }
     EXPECT_EQ(fleet.stats()["fleet_connected"], 0);
     const Publication p = fleet.published(PurgeQuery{PurgeQuery::Kind::kKey, "pages", "/a"}, 1, false);

@@ -82,7 +82,10 @@ Fleet::~Fleet() { stop(); }
 
 void Fleet::start() {
   state_.emplace(options_.stateDir, options_.stream);
-  position_ = state_->load();
+  if (std::optional<FleetState> stored = state_->load()) {
+    position_ = stored->position;
+    knownZones_ = std::move(stored->zones);
+  }
   if (position_) {
     spdlog::info("fleet: node {} resumes {} after entry {} ({})", options_.node, options_.stream,
                  position_->last.text(), state_->path());
@@ -118,12 +121,14 @@ void Fleet::readNext() {
       !awaitingWorkers_.empty()) {
     return;
   }
-  if (zones_().empty()) {
+  const std::vector<std::string> served = zones_();
+  if (served.empty()) {
     if (!parked_) spdlog::info("fleet: waiting for an NGINX worker before reading {}", options_.stream);
     parked_ = true;
     return;
   }
   parked_ = false;
+  noteZones(served);
   if (!position_) {
     locate();
     return;
@@ -231,6 +236,7 @@ void Fleet::onRead(const redisReply* reply) {
 
   // From here on purges are ordered, and may complete at once.
   issuing_ = true;
+  const std::optional<StreamId> wasHeldAt = std::exchange(heldAt_, std::nullopt);
   const StreamId origin{};
   if ((!info.exists && at.last != origin) || (info.exists && info.lastGenerated < at.last)) {
     // The stream is not the one this node read: Redis lost it or it was
@@ -255,7 +261,10 @@ void Fleet::onRead(const redisReply* reply) {
   }
 
   batch_.clear();
+  // Read now, not when the read was sent: NGINX may have gone meanwhile.
   const std::vector<std::string> served = zones_();
+  noteZones(served);
+  size_t taken = 0;  // entries read that this batch moves past
   for (const auto& [id, fieldsReply] : read) {
     std::vector<std::pair<std::string_view, std::string_view>> fields;
     bool parsed = fieldsReply->type == REDIS_REPLY_ARRAY && fieldsReply->elements % 2 == 0;
@@ -270,6 +279,16 @@ void Fleet::onRead(const redisReply* reply) {
       ++skipped_;
     } else if (entry->node == options_.node) {
       ++own_;  // carried out here already
+    } else if (awaitsNginx(entry->query.zone, served)) {
+      // The position stays before it: applied, in order, once NGINX is back.
+      if (wasHeldAt != id) {
+        spdlog::warn("fleet: entry {} from {} waits: no NGINX worker here serves zone \"{}\" "
+                     "now; it and the entries after it are applied once one does",
+                     id.text(), entry->node, entry->query.zone);
+      }
+      heldAt_ = id;
+      heldZone_ = entry->query.zone;
+      break;
     } else if (std::find(served.begin(), served.end(), entry->query.zone) == served.end()) {
       spdlog::warn("fleet: skipping entry {} from {}: no NGINX worker here serves zone \"{}\"",
                    id.text(), entry->node, entry->query.zone);
@@ -277,16 +296,19 @@ void Fleet::onRead(const redisReply* reply) {
     } else {
       batch_.push_back(Item{id, std::move(*entry)});
     }
+    ++taken;
   }
 
   batchEnd_ = at;
-  if (!read.empty()) {
-    batchEnd_.last = read.back().first;
-    if (batchEnd_.ordinal) *batchEnd_.ordinal += read.size();
+  if (taken > 0) {
+    batchEnd_.last = read[taken - 1].first;
+    if (batchEnd_.ordinal) *batchEnd_.ordinal += taken;
   }
-  batchFull_ = read.size() == kBatch;
+  batchFull_ = !heldAt_ && read.size() == kBatch;
   // A hand-set position learns its ordinal once it has read to the end.
-  if (!batchEnd_.ordinal && !batchFull_ && info.exists) batchEnd_.ordinal = info.entriesAdded;
+  if (!batchEnd_.ordinal && !batchFull_ && !heldAt_ && info.exists) {
+    batchEnd_.ordinal = info.entriesAdded;
+  }
   lagEntries_ = batchEnd_.ordinal && info.entriesAdded > *batchEnd_.ordinal
                     ? info.entriesAdded - *batchEnd_.ordinal
                     : 0;
@@ -341,7 +363,7 @@ void Fleet::itemDone(size_t index, uint64_t count, const std::string& error) {
     spdlog::debug("fleet: entry {} from {} applied: {} file(s)", item.id.text(), item.entry.node,
                   count);
     if (item.entry.askAcks) ack(item.entry.uid, count);
-  } else if (zones_().empty()) {
+  } else if (awaitsNginx(item.entry.query.zone, zones_())) {
     awaitingWorkers_.push_back(index);  // the workers went; they come back
   } else if (++item.attempts < kAttempts) {
     applyItem(index);
@@ -358,6 +380,7 @@ void Fleet::itemDone(size_t index, uint64_t count, const std::string& error) {
 
 void Fleet::workersChanged() {
   if (stopped_ || zones_().empty()) return;
+  noteZones(zones_());
   if (!awaitingWorkers_.empty()) {
     const std::vector<size_t> retry = std::exchange(awaitingWorkers_, {});
     issuing_ = true;
@@ -375,7 +398,9 @@ void Fleet::finishBatch() {
     *position_ = batchEnd_;
     positionChanged();
   }
-  if (batchFull_) {
+  if (heldAt_) {
+    parked_ = true;  // until a worker announces a zone (workersChanged)
+  } else if (batchFull_) {
     batchFull_ = false;
     readNext();
   } else {
@@ -410,10 +435,21 @@ void Fleet::positionChanged() {
   }
 }
 
+void Fleet::noteZones(const std::vector<std::string>& served) {
+  bool added = false;
+  for (const std::string& zone : served) added = knownZones_.insert(zone).second || added;
+  if (added) positionChanged();
+}
+
+bool Fleet::awaitsNginx(const std::string& zone, const std::vector<std::string>& served) const {
+  if (std::find(served.begin(), served.end(), zone) != served.end()) return false;
+  return served.empty() || knownZones_.count(zone) > 0;
+}
+
 void Fleet::save() {
   if (!position_) return;
   try {
-    state_->save(*position_);
+    state_->save(FleetState{*position_, knownZones_});
     dirty_ = false;
     lastSaveError_.clear();
   } catch (const std::exception& e) {
@@ -519,7 +555,13 @@ void Fleet::heartbeat() {
                          {"pending", queue_.size()},
                          {"gaps", gaps_},
                          {"lag_entries", lagEntries_}};
-  writer_.command({"HSET", key("nodes"), options_.node, beat.dump()}, [](const redisReply*) {});
+  // A write every second: a primary demoted to a read-only replica under
+  // this connection is found out within one, even when no purge comes.
+  writer_.command({"HSET", key("nodes"), options_.node, beat.dump()}, [this](const redisReply* r) {
+    if (r != nullptr && r->type == REDIS_REPLY_ERROR && text(r).substr(0, 8) == "READONLY") {
+      writer_.drop("HSET refused: " + std::string(text(r)));
+    }
+  });
 }
 
 // --- Views -------------------------------------------------------------------
@@ -544,11 +586,14 @@ void Fleet::describe(const Answer& answer) {
   nlohmann::json self = {{"node", options_.node},
                          {"stream", options_.stream},
                          {"redis", options_.redis.text()},
+                         {"tls", options_.redis.tls},
                          {"connected", reader_.ready() && writer_.ready()},
                          {"last", position_ ? position_->last.text() : ""},
                          {"state_file", state_ ? state_->path() : ""},
                          {"on_gap", options_.onGap == GapAction::kLog ? "log" : "purge_all"},
                          {"last_gap", lastGap_},
+                         {"waiting_at", heldAt_ ? heldAt_->text() : ""},
+                         {"waiting_zone", heldAt_ ? heldZone_ : ""},
                          {"stats", stats()},
                          {"nodes", nlohmann::json::array()}};
   if (!writer_.ready()) {

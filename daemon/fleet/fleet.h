@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,9 @@ struct FleetOptions {
 };
 
 // What became of a purge in the fleet: status "published" (handed to a live
-// Redis connection), "pending" (queued until Redis is back) or "refused"
+// connection to a primary that answered on it; kept until Redis answers the
+// XADD, and appended again should it refuse it), "pending" (queued until
+// such a connection is back) or "refused"
 // (not an entry the others could take, see checkEntry); uid names it for
 // acknowledgements.
 struct Publication {
@@ -64,7 +67,11 @@ class Fleet {
   // Carries a purge out on this node's zones; done runs once, maybe at once.
   using Apply = std::function<void(const PurgeQuery& query, Applied done)>;
   // The zones this node's NGINX workers serve now; empty: none attached
-  // yet, and the stream waits (workersChanged() resumes it).
+  // yet, and the stream waits (workersChanged() resumes it).  An entry for
+  // a zone no worker serves now waits too, when this node's NGINX served
+  // that zone before (kept in the state file): NGINX is stopped or
+  // restarting, and the entry is applied, in order, once it is back.  An
+  // entry for a zone this node never served is skipped.
   using Zones = std::function<std::vector<std::string>()>;
   using Answer = std::function<void(nlohmann::json)>;
 
@@ -119,6 +126,10 @@ class Fleet {
   void finishBatch();
   void positionChanged();
   void save();
+  // Remembers the zones served now among this node's; true if one is new.
+  void noteZones(const std::vector<std::string>& served);
+  // An entry for zone must wait for this node's NGINX to serve it again.
+  bool awaitsNginx(const std::string& zone, const std::vector<std::string>& served) const;
 
   // Publishing.
   bool send(const FleetEntry& entry);
@@ -144,7 +155,10 @@ class Fleet {
   std::optional<FleetPosition> position_;
   bool reading_ = false;
   bool waiting_ = false;
-  bool parked_ = false;  // no worker serves a zone yet
+  bool parked_ = false;  // no worker serves a zone yet, or the zone of heldAt_
+  std::set<std::string> knownZones_;  // served here since the state file began
+  std::optional<StreamId> heldAt_;    // the entry the stream waits at
+  std::string heldZone_;              // and its zone
   std::vector<Item> batch_;
   size_t applying_ = 0;
   bool issuing_ = false;

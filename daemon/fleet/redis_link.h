@@ -1,22 +1,25 @@
-// One connection to Redis on esid's loop (hiredis' async API through its
-// libuv adapter) that keeps itself up: it connects, authenticates, selects
-// the database, or PINGs (it is ready only once Redis has answered), and
-// when the connection breaks, times out or answers what hiredis cannot
-// parse, drops it and connects again after a backoff (100 ms, doubling up
-// to 5 s).  Nothing here ever blocks the loop.
+// One connection to Redis on esid's loop that keeps itself up: it resolves
+// the host, connects (libuv), speaks TLS for rediss:// (RedisTls),
+// authenticates, selects the database and asks ROLE (it is ready only once
+// Redis has answered, and only on a primary: a replica refuses every
+// write), and when the connection breaks, times out, fails its TLS
+// handshake or answers what hiredis' reader cannot parse, drops it and
+// connects again after a backoff (100 ms, doubling up to 5 s).  Nothing
+// here ever blocks the loop.
 
 #pragma once
 
+#include <netdb.h>
 #include <uv.h>
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-struct redisAsyncContext;
 struct redisReply;
 
 namespace esi {
@@ -30,12 +33,20 @@ struct RedisAddress {
   int db = 0;
   std::string user;      // ACL user; empty: the default user
   std::string password;  // empty: no AUTH
+  bool tls = false;      // rediss://
+  std::string tlsCaFile;      // empty: the system's CAs
+  std::string tlsCertFile;    // a client certificate (and its key), or empty
+  std::string tlsKeyFile;
+  std::string tlsServerName;  // checked against the certificate; empty: host
 
-  // redis://host:port/db, never with the credentials.
+  // redis[s]://host:port/db, never with the credentials.
   std::string text() const;
 };
 
-// "redis://host[:port][/db]" (an IPv6 host in brackets).  Throws
+class RedisTls;
+
+// "redis://host[:port][/db]", or rediss:// for TLS (an IPv6 host in
+// brackets).  Throws
 // std::invalid_argument saying what is wrong; a URL that carries
 // credentials is refused: they belong in the settings file (fleet_user,
 // fleet_password), never on a command line.
@@ -56,6 +67,7 @@ class RedisLink {
   RedisLink(const RedisLink&) = delete;
   RedisLink& operator=(const RedisLink&) = delete;
 
+  // Throws std::runtime_error when the TLS settings cannot be used.
   void start();
   // Closes the connection; replies still due are never delivered.
   void stop();
@@ -78,27 +90,38 @@ class RedisLink {
 
  private:
   enum class State { kIdle, kConnecting, kHandshake, kReady, kBackoff, kStopped };
-  struct Call;
+  struct Wire;
 
-  static void onConnect(const redisAsyncContext* ac, int status);
-  static void onDisconnect(const redisAsyncContext* ac, int status);
-  static void onReply(redisAsyncContext* ac, void* reply, void* privdata);
+  static void onResolved(uv_getaddrinfo_t* request, int status, addrinfo* found);
+  static void onConnected(uv_connect_t* request, int status);
   static void onTick(uv_timer_t* timer);
   static void onRetry(uv_timer_t* timer);
 
   void connect();
+  // TCP is up (and TLS, for rediss://): authenticate, select, ROLE.
   void handshake();
+  void roleAnswered(const redisReply* reply);
   void becomeReady();
   bool send(const std::vector<std::string>& args, Reply reply, uint64_t timeoutMs);
-  // The connection is gone (ac_ already null): tell, and try again later.
+  // Bytes from Redis, decrypted where TLS; then its answers.
+  void received(const char* bytes, size_t length);
+  void deliver();
+  // The TLS handshake's next step; the session's bytes out to the socket.
+  void advanceTls();
+  void flushTls();
+  void write(std::string bytes);
+  // Lets the connection go: replies due are answered null when answerCalls.
+  void closeWire(bool answerCalls);
+  // The connection is gone: tell, and try again later.
   void lost(const std::string& why);
 
   uv_loop_t* loop_;
   RedisAddress address_;
   std::string name_;
   Handlers handlers_;
+  std::unique_ptr<RedisTls> tls_;  // rediss:// only
   State state_ = State::kIdle;
-  redisAsyncContext* ac_ = nullptr;
+  Wire* wire_ = nullptr;
   uv_timer_t* tick_;   // timeouts, while connecting or connected
   uv_timer_t* retry_;  // the backoff
   uint64_t connectDeadline_ = 0;

@@ -83,17 +83,22 @@ StateFile::StateFile(const std::string& dir, std::string_view stream)
   }
 }
 
-std::string formatState(std::string_view stream, const FleetPosition& position) {
+std::string formatState(std::string_view stream, const FleetState& state) {
   std::string text = "# esid's position on the fleet's stream (see esid(8), Fleet)\n";
   text += "stream " + std::string(stream) + "\n";
-  text += "last " + position.last.text() + "\n";
-  if (position.ordinal) text += "ordinal " + std::to_string(*position.ordinal) + "\n";
+  text += "last " + state.position.last.text() + "\n";
+  if (state.position.ordinal) text += "ordinal " + std::to_string(*state.position.ordinal) + "\n";
+  for (const std::string& zone : state.zones) {
+    // A name this file could not read back is not kept (NGINX's are plain).
+    if (zone.find_first_of("#\n \t\r") == std::string::npos) text += "zone " + zone + "\n";
+  }
   return text;
 }
 
-FleetPosition parseState(std::string_view text, std::string_view stream, std::string_view name) {
+FleetState parseState(std::string_view text, std::string_view stream, std::string_view name) {
   std::optional<StreamId> last;
   std::optional<uint64_t> ordinal;
+  std::set<std::string> zones;
   std::string stored;
   size_t lineNumber = 0;
   while (!text.empty()) {
@@ -123,8 +128,11 @@ FleetPosition parseState(std::string_view text, std::string_view stream, std::st
         throw bad("ordinal \"" + std::string(value) + "\" is not a number");
       }
       ordinal = n;
+    } else if (key == "zone") {
+      if (value.empty()) throw bad("zone without a name");
+      zones.emplace(value);
     } else {
-      throw bad("unknown key \"" + std::string(key) + "\" (known: stream, last, ordinal)");
+      throw bad("unknown key \"" + std::string(key) + "\" (known: stream, last, ordinal, zone)");
     }
   }
   if (!last) throw std::runtime_error(std::string(name) + ": no \"last\" line");
@@ -132,10 +140,10 @@ FleetPosition parseState(std::string_view text, std::string_view stream, std::st
     throw std::runtime_error(std::string(name) + ": the position of stream \"" + stored +
                              "\", not of \"" + std::string(stream) + "\"");
   }
-  return FleetPosition{*last, ordinal};
+  return FleetState{FleetPosition{*last, ordinal}, std::move(zones)};
 }
 
-std::optional<FleetPosition> StateFile::load() const {
+std::optional<FleetState> StateFile::load() const {
   // Non-blocking: a FIFO there must not hang esid before it is refused.
   UniqueFd fd(openat(dir_.get(), name_.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd) {
@@ -167,7 +175,7 @@ std::optional<FleetPosition> StateFile::load() const {
   return parseState(text, stream_, path_);
 }
 
-void StateFile::save(const FleetPosition& position) const {
+void StateFile::save(const FleetState& state) const {
   // A name of its own, created here: never an existing file or a link.
   Temporary temporary{dir_.get(), {}};
   UniqueFd fd;
@@ -182,7 +190,7 @@ void StateFile::save(const FleetPosition& position) const {
     }
   }
   const std::string shown = dirPath_ + "/" + temporary.name;
-  writeAll(fd.get(), formatState(stream_, position), shown);
+  writeAll(fd.get(), formatState(stream_, state), shown);
   if (fsync(fd.get()) != 0) throw std::system_error(errno, std::generic_category(), "fsync " + shown);
   if (renameat(dir_.get(), temporary.name.c_str(), dir_.get(), name_.c_str()) != 0) {
     throw std::system_error(errno, std::generic_category(), "rename " + shown);

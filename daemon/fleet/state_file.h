@@ -8,6 +8,8 @@
 //     last 1796172032767-0     # the last entry applied
 //     ordinal 6                # which entry that was, counting from the
 //                              # stream's first; remove it with a hand-set last
+//     zone pages               # a zone this node's NGINX served: its entries
+//                              # wait while no worker serves it (one line each)
 //
 // state_dir must be esid's alone (private_dir.h), and esid opens it once and
 // names its files relative to it; it never follows a link there, whether at
@@ -17,6 +19,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -33,6 +36,13 @@ struct FleetPosition {
   std::optional<uint64_t> ordinal;
 };
 
+// What a node keeps: its position, and the zones its NGINX served (an entry
+// for one of them waits while NGINX is away, never skipped).
+struct FleetState {
+  FleetPosition position;
+  std::set<std::string> zones;
+};
+
 class StateFile {
  public:
   // The file for this stream in dir: fleet-STREAM.state, with every byte
@@ -42,16 +52,16 @@ class StateFile {
   // it.
   StateFile(const std::string& dir, std::string_view stream);
 
-  // The position stored, or nullopt when there is no file yet.  Throws
+  // The state stored, or nullopt when there is no file yet.  Throws
   // std::runtime_error when the file cannot be read or does not parse, or
   // names another stream: esid must not guess where it is; or when it is
   // not a regular file of one link (then without a word of its content).
-  std::optional<FleetPosition> load() const;
+  std::optional<FleetState> load() const;
 
   // Writes a new file (mode 0600) under a name of its own and renames it
-  // over the old.  Throws std::system_error when the position cannot be
+  // over the old.  Throws std::system_error when the state cannot be
   // written.
-  void save(const FleetPosition& position) const;
+  void save(const FleetState& state) const;
 
   const std::string& path() const { return path_; }
 
@@ -66,7 +76,7 @@ class StateFile {
 };
 
 // The text of a state file, and back; parse throws std::runtime_error.
-std::string formatState(std::string_view stream, const FleetPosition& position);
-FleetPosition parseState(std::string_view text, std::string_view stream, std::string_view name);
+std::string formatState(std::string_view stream, const FleetState& state);
+FleetState parseState(std::string_view text, std::string_view stream, std::string_view name);
 
 }  // namespace esi

@@ -17,7 +17,8 @@ import subprocess
 import threading
 import unittest
 
-from harness import ESID, EsiTestCase, free_port, poll
+from harness import ESID, DidNotStart, EsiTestCase, Node, free_port, poll, \
+    start_nginx
 from test_esid import ensure_user
 
 REDIS = shutil.which("redis-server")
@@ -68,9 +69,9 @@ class FleetTestCase(EsiTestCase):
             node = self.add_node(name)
             self.fleet[name] = node
             with open(os.path.join(node.tmp, "esid.conf"), "w") as f:
-                f.write("fleet = redis://127.0.0.1:%d/0\nfleet_node = %s\n"
-                        "state_dir = %s\nfleet_on_gap = %s\n" % (
-                            self.redis_port, name, node.tmp, self.ON_GAP))
+                f.write(self.fleet_settings() +
+                        "fleet_node = %s\nstate_dir = %s\nfleet_on_gap = %s\n"
+                        % (name, node.tmp, self.ON_GAP))
             self.start_fleet_esid(node)
             node.start_nginx()
         for node in self.fleet.values():
@@ -79,18 +80,28 @@ class FleetTestCase(EsiTestCase):
     # -- the pieces ------------------------------------------------------
 
     def start_redis(self):
+        self.redis = self.spawn_redis(self.redis_port, self.redis_dir)
+
+    def spawn_redis(self, port, directory):
         proc = self.spawn("redis-%d" % len(self.processes), [
-            REDIS, "--port", str(self.redis_port), "--bind", "127.0.0.1",
-            "--dir", self.redis_dir, "--appendonly", "yes", "--save", "",
+            REDIS, "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", directory, "--appendonly", "yes", "--save", "",
             "--daemonize", "no"])
         if not poll(lambda: not proc.alive()
-                    or redis_answers(self.redis_port)) or not proc.alive():
+                    or redis_answers(port)) or not proc.alive():
             self.fail("redis-server did not start:\n%s" % proc.stderr())
-        self.redis = proc
+        return proc
+
+    def fleet_settings(self):
+        """The settings that say where Redis is and how to reach it."""
+        return "fleet = redis://127.0.0.1:%d/0\n" % self.redis_port
+
+    def redis_cli_connection(self):
+        return ["-p", str(self.redis_port)]
 
     def redis_cli(self, *args):
-        r = subprocess.run([REDIS_CLI, "-p", str(self.redis_port)] + list(args),
-                           capture_output=True, timeout=30)
+        r = subprocess.run([REDIS_CLI] + self.redis_cli_connection() +
+                           list(args), capture_output=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout.decode().strip()
 
@@ -243,6 +254,109 @@ class FleetRestartTest(FleetTestCase):
         self.assertEqual(self.fleet_stats(a)["fleet_published"], 3)
 
 
+class OtherZoneNode(Node):
+    """A second NGINX on a node's esid whose one cache zone is "other", not
+    "pages": that esid's workers serve a zone while "pages" is away."""
+
+    def __init__(self, test, node):
+        super().__init__(test, node.name + "-other")
+        self.socket_path = node.socket_path
+
+    def start_nginx(self):
+        def conf(port):
+            self.port = port
+            return self.test.nginx_conf(self.tmp, self.socket_path,
+                                        port).replace("pages", "other")
+        try:
+            self.nginx, _ = start_nginx(self.test.spawn,
+                                        "%s-nginx" % self.name, self.tmp,
+                                        conf, self.test.sanitizer_env())
+        except DidNotStart as e:
+            self.test.fail("%s: nginx did not start:\n%s" % (self.name,
+                                                              e.log))
+
+
+class FleetNginxAwayCase(FleetTestCase):
+    """b's esid also serves an NGINX of another zone, so that it reads on
+    while b's own NGINX ("pages") is down."""
+    NODES = ("a", "b")
+
+    def start_other_zone(self):
+        b = self.fleet["b"]
+        other = OtherZoneNode(self, b)
+        self.nodes.append(other)
+        other.start_nginx()
+        self.assertTrue(poll(lambda: "zone other at" in b.esid.stderr()))
+        return other
+
+    def await_waiting(self):
+        """b read an entry of "pages" and said why it cannot apply it."""
+        b = self.fleet["b"]
+        self.assertTrue(poll(lambda: 'no NGINX worker here serves zone "pages"'
+                             in b.esid.stderr()), b.esid.stderr())
+
+    def purge_while_pages_is_away(self, path):
+        self.fleet["b"].nginx.stop()
+        self.purge(self.fleet["a"], path)
+        self.await_waiting()
+
+
+class FleetNginxAwayTest(FleetNginxAwayCase):
+    """Entries for a zone whose NGINX is away wait for it, however long,
+    across an esid restart too (the lost purges of issue 36: they were
+    skipped, "no NGINX worker here serves zone", and the position moved
+    past them)."""
+
+    def test_purges_made_while_nginx_was_away_are_applied_once_it_is_back(
+            self):
+        self.cache_everywhere("/s1", "/s2", "/keep")
+        b = self.fleet["b"]
+        other = self.start_other_zone()
+        self.purge_while_pages_is_away("/s1")
+        # stopped as systemd stops a node: NGINX first, then esid
+        other.nginx.stop()
+        b.esid.stop()
+        self.purge(self.fleet["a"], "/s2")
+        self.start_fleet_esid(b)
+        other.start_nginx()  # reading goes on; "pages" is not back yet
+        self.assertTrue(poll(lambda: "zone other at" in b.esid.stderr()))
+        self.await_waiting()
+        self.assertEqual(len(b.cache_files()), 3)
+        r = b.esictl("fleet")
+        self.assertRegex(r.stdout.decode(), r"waiting at entry \d+-\d+: no "
+                         r'NGINX worker here serves zone "pages" now\n')
+        b.start_nginx()
+        self.await_files(b, 1)
+        self.assertMiss(b, "/s1")
+        self.assertMiss(b, "/s2")
+        _, headers, _ = b.get("/keep")
+        self.assertEqual(headers.get("X-Cache-Status"), "HIT")
+        stats = self.fleet_stats(b)
+        self.assertEqual((stats["fleet_applied"], stats["fleet_skipped"]),
+                         (2, 0))
+
+
+class FleetNginxAwayGapTest(FleetNginxAwayCase):
+    """A node that waits for its NGINX and then finds the stream reset
+    reads on from the new stream's start, not waiting still (it parked
+    for good)."""
+    ON_GAP = "log"
+
+    def test_a_stream_reset_while_an_entry_waits_for_nginx(self):
+        self.cache_everywhere("/first", "/s1", "/later", "/keep")
+        b = self.fleet["b"]
+        self.purge(self.fleet["a"], "/first")  # b's position: past it
+        self.await_files(b, 3)
+        self.start_other_zone()
+        self.purge_while_pages_is_away("/s1")
+        self.redis_cli("DEL", STREAM)  # /s1's entry lost: a gap
+        b.start_nginx()
+        self.assertTrue(poll(lambda: self.fleet_stats(b)["fleet_gaps"] == 1))
+        self.purge(self.fleet["a"], "/later")
+        self.await_files(b, 2)
+        self.assertMiss(b, "/later")
+
+
 class FleetHungRedisTest(FleetTestCase):
 
     def test_a_redis_that_hangs_is_dropped_and_its_purges_go_out_after(self):
@@ -279,6 +393,40 @@ class FleetHungRedisTest(FleetTestCase):
             self.await_files(node, 0)
         for path in ("/h1", "/h2"):
             self.assertMiss(self.fleet["b"], path)
+
+
+class FleetReplicaTest(FleetTestCase):
+    """The primary esid writes to becomes a read-only replica (REPLICAOF,
+    as a failover leaves the old primary): its purges are `pending`, not
+    `published` (issue 36: they were answered `published` while Redis
+    refused every entry), and go out once it is a primary again."""
+    NODES = ("a", "b")
+
+    def test_purges_wait_while_redis_is_a_replica(self):
+        self.cache_everywhere("/ro1", "/ro2", "/keep")
+        a = self.fleet["a"]
+        other_port = free_port()
+        other_dir = os.path.join(self.tmp, "redis-other")
+        os.mkdir(other_dir)
+        self.spawn_redis(other_port, other_dir)
+        self.redis_cli("REPLICAOF", "127.0.0.1", str(other_port))
+        # found out by the heartbeat's write, with no purge to tell
+        self.assertTrue(poll(lambda: "READONLY" in a.esid.stderr()),
+                        a.esid.stderr())
+        for path in ("/ro1", "/ro2"):
+            r = self.purge(a, path)
+            self.assertEqual(r.header("Cache-Purge-Fleet"), "pending")
+        self.assertIn("it is a read-only replica (ROLE), not the primary",
+                      a.esid.stderr())
+        stats = self.fleet_stats(a)
+        self.assertEqual((stats["fleet_connected"], stats["fleet_published"],
+                          stats["fleet_pending"]), (0, 0, 2))
+        self.redis_cli("REPLICAOF", "NO", "ONE")
+        b = self.fleet["b"]
+        self.await_files(b, 1)
+        self.assertMiss(b, "/ro1")
+        self.assertMiss(b, "/ro2")
+        self.assertEqual(self.fleet_stats(a)["fleet_published"], 2)
 
 
 class GarbageRedisTest(EsiTestCase):
