@@ -39,8 +39,9 @@ workers' and esid's VmRSS are read after the storm.  A row a target cannot
 do, a wrong answer or a crash is recorded, not fatal.
 
 --smoke: 1k files, one purge a row, a storm of 0.5 s, no restart, no wait
-for NGINX's cache loader; exits 1 if one of our rows was wrong or an nginx
-died (peers' wrong answers are results).
+for NGINX's cache loader or the indexes.  The exit status is 1 when one of
+our rows was wrong or our nginx died: the peers' wrong answers and crashes
+are results.
 """
 
 import argparse
@@ -187,6 +188,7 @@ class Target:
         self.dir = "nginx-%s-%s" % (name, zone.name)
         self.errlog = os.path.join(bench.tmp, self.dir, "error.log")
         self.started = None
+        self.at = 0               # where this nginx's log starts
 
     def module(self):
         if self.name == "ours":
@@ -324,7 +326,7 @@ def series(t, row, n, intervals):
         key = take_leaf(t.zone) if row == "wildcard" else t.zone.take()
         time.sleep(0.005)
         t0 = time.perf_counter()
-        took, status, body = t.request(client, row, key.decode())
+        took, status, _ = t.request(client, row, key.decode())
         intervals.append(("scan", t0, time.perf_counter()))
         ms.append(took)
         left = t.zone.on_disk(key)
@@ -404,27 +406,36 @@ def restart(t, bound):
     t.start()
     client = Client(t.port, 600)
     tries = 0
+    before = {}    # (status, files left) -> purges until the first right one
     try:
         while time.monotonic() - t.started < bound:
             key = t.zone.take()
-            t.request(client, "exact", key.decode())
+            _, status, _ = t.request(client, "exact", key.decode())
             tries += 1
-            if t.zone.on_disk(key) == 0:
+            left = t.zone.on_disk(key)
+            if left == 0:
                 return {"seconds": time.monotonic() - t.started,
-                        "tries": tries, "wrong": []}
+                        "tries": tries, "wrong": [], "before": before}
+            before[status, left] = before.get((status, left), 0) + 1
             time.sleep(0.25 if time.monotonic() - t.started < 10 else 1)
     finally:
         client.close()
-    return {"seconds": None, "tries": tries,
+    return {"seconds": None, "tries": tries, "before": before,
             "wrong": ["no exact purge removed both files within %d s "
                       "(%d tried)" % (bound, tries)]}
 
 
-def purge_all(t, intervals):
+def wrong_before(rs):
+    """What the purges before the first right one answered: "91 x 200 with
+    1 of 2 files left"."""
+    return ", ".join("%d x %s with %d of 2 files left" % (n, st, left)
+                     for (st, left), n in sorted(rs["before"].items()))
+
+
+def purge_all(t):
+    """One purge of everything in the zone; no file may be left."""
     client = Client(t.port, 3600)
-    t0 = time.perf_counter()
     ms, status, _ = t.request(client, "all", "")
-    intervals.append(("scan", t0, time.perf_counter()))
     client.close()
     left = sum(len(f) for _, _, f in os.walk(t.zone.path))
     wrong = [] if status in (200, 202) and not left else [
@@ -487,7 +498,7 @@ def measure_target(args, bench, name, zone):
         res["restart"] = restart(t, 75 + zone.files / 2000)
         log("%s %s restart: %s" % (zone.name, name, res["restart"]))
     if "all" in CAN[name]:
-        res["all"] = purge_all(t, []) if t.alive() else {
+        res["all"] = purge_all(t) if t.alive() else {
             "wrong": ["nginx died"], "n": 0}
         log("%s %s all: %s" % (zone.name, name, describe(res["all"])))
     res["alive"] = t.alive()
@@ -620,9 +631,12 @@ def markdown(args, info, sizes, res, meta):
             rs = r[t].get("restart")
             rcell = "cannot" if "restart" not in CAN[t] else (
                 "not measured" if rs is None else
-                ("%.1f s (%d purges)" % (rs["seconds"], rs["tries"])
+                ("%.2f s (%d purge%s)" % (rs["seconds"], rs["tries"],
+                                          "" if rs["tries"] == 1 else "s")
                  if rs["seconds"] is not None else "**never**: " +
                  rs["wrong"][0]))
+            if rs and rs["before"]:
+                rcell += "; before: **%s**" % wrong_before(rs)
 
             def sec(v):
                 return "n/a" if v is None else "%.1f s" % v
@@ -678,7 +692,9 @@ def write_csv(path, sizes, res):
                     w.writerow([SIZES[label], t, "restart_s", rs["tries"],
                                 "" if rs["seconds"] is None else
                                 "%.3f" % rs["seconds"], "", "", "", "",
-                                "; ".join(rs["wrong"])])
+                                "; ".join(rs["wrong"] + (
+                                    ["before: " + wrong_before(rs)]
+                                    if rs["before"] else []))])
                 m = r.get("memory") or {}
                 for k, v in m.items():
                     if v is not None:
@@ -707,6 +723,7 @@ def main():
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args()
     args.build_dir = os.path.abspath(args.build_dir)
+    args.peers = os.path.abspath(args.peers)
     args.peer_modules = {
         "cache_purge": os.path.join(args.peers, "ngx_cache_purge-3.0.1",
                                     "ngx_http_cache_purge_module.so"),

@@ -21,7 +21,7 @@
 #             zones of 10k, 100k and 1M files, every kind of purge each
 #             target has, a storm of 1,000/s, memory, restart
 #   --purge-peers-smoke  the same on a 1k-file zone, one purge a row, no
-#             timing (~20 s once the peers are built)
+#             timing (~10 s once the peers are built)
 #   --fleet   the fleet benchmark (bench/fleet.py): Redis and three NGINX +
 #             esid nodes; fan-out latency of 1,000 purges and a 10 s run at
 #             1,000 purges/s with each node's lag, Redis' memory and cost
