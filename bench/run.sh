@@ -37,7 +37,8 @@
 # starts the origin, Varnish, NGINX + module + esid, NGINX SSI and NGINX with
 # ESI off on 127.0.0.1, verifies their output byte for byte and times them;
 # or, with --purge, to bench/purge.py (and the cache purge module, e2fsprogs),
-# with --fleet to bench/fleet.py (and redis-server).
+# with --purge-peers to bench/build-peers.sh and bench/purge_peers.py (and
+# nginx-dev), with --fleet to bench/fleet.py (and redis-server).
 # Results land in bench/results/; see bench/README.md for the method.
 #
 # Everything started here is stopped on exit, also on failure or ^C.
