@@ -29,12 +29,12 @@ integration tests.
 import argparse
 import datetime
 import os
-import signal
 import sys
 import time
 
 from reporting import log, update_readme, write_results
-from running import Bench, loadavg, machine_info, measure_rows, smoke
+from running import (Bench, exit_on_signals, loadavg, machine_info,
+                     measure_rows, smoke)
 from workload import (COST_ARMS, COST_INCLUDES, COST_KINDS, COST_SIZES,
                       DELAYS, FRAGMENTS, LANG_ARMS, LANG_HEADERS, LANG_SIZES,
                       MAIN_ARMS)
@@ -85,11 +85,7 @@ def main():
     args.runs = args.runs or defaults[1]
     args.cost_duration = args.cost_duration or defaults[2]
 
-    def shutdown(signum, frame):
-        raise SystemExit(128 + signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, shutdown)
+    exit_on_signals()
 
     bench = Bench(args)
     started = datetime.datetime.now()

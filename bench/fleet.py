@@ -41,7 +41,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -56,7 +55,8 @@ import support_path  # noqa: E402,F401  (tests/support on sys.path)
 from esitest import fill, free_port, poll  # noqa: E402
 from purge import Client, percentile  # noqa: E402
 from reporting import fmt, fmt_ms, update_readme  # noqa: E402
-from running import Servers, loadavg, machine_info  # noqa: E402
+from running import (Servers, exit_on_signals, loadavg,  # noqa: E402
+                     machine_info)
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 STREAM = "esi:purges"
@@ -690,11 +690,7 @@ def main():
     # that one waiting for an answer does not hold up the others.
     sys.setswitchinterval(0.0005)
 
-    def shutdown(signum, frame):
-        raise SystemExit(128 + signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, shutdown)
+    exit_on_signals()
     if args.nice:
         try:
             os.setpriority(os.PRIO_PROCESS, 0, args.nice)

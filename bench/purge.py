@@ -48,6 +48,7 @@ Everything started here is stopped on the way out, also on failure.
 """
 
 import argparse
+import contextlib
 import csv
 import datetime
 import gc
@@ -73,7 +74,8 @@ import reporting  # noqa: E402
 import support_path  # noqa: E402,F401  (tests/support on sys.path)
 from esitest import fill, poll, worker_pids  # noqa: E402
 from reporting import fmt_ms, update_readme  # noqa: E402
-from running import Servers, loadavg, machine_info  # noqa: E402
+from running import (Servers, exit_on_signals, loadavg,  # noqa: E402
+                     machine_info)
 
 CACHE_PURGE_MODULE = "/usr/lib/nginx/modules/ngx_http_cache_purge_module.so"
 DROP_CACHES = "/proc/sys/vm/drop_caches"
@@ -1485,11 +1487,7 @@ def main():
         log("cold page cache not measured: writing %s: %s" % (
             DROP_CACHES, why_not_cold))
 
-    def shutdown(signum, frame):
-        raise SystemExit(128 + signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, shutdown)
+    exit_on_signals()
 
     started = datetime.datetime.now()
     t_start = time.monotonic()
@@ -1536,23 +1534,40 @@ def main():
     return 0
 
 
-def measure_group(args, labels, problems):
-    """Zones measured together (one file system, one nginx): generated,
-    loaded, every phase; returns (zones, results, file system label)."""
+@contextlib.contextmanager
+def zone_space(args, files):
+    """A Servers (its temporary directory holds everything) and where zones
+    of `files` files in all go: an ext4 of their own as root (unless
+    --no-mount), else the temporary directory.  Yields (servers, root,
+    what the root is); on the way out everything is stopped and removed,
+    the directory kept (logs, configs) after a failure or with --keep."""
     fs = None
-    run = None
     ok = False
-    bench = Servers(args)  # its temporary directory holds everything
+    bench = Servers(args)
     try:
         if args.no_mount or os.geteuid() != 0:
             root = os.path.join(bench.tmp, "zones")
             os.makedirs(root)
-            fs_label = "the temporary directory's file system"
+            label = "the temporary directory's file system"
         else:
-            fs = Filesystem(bench.tmp, sum(SIZES[s] for s in labels))
+            fs = Filesystem(bench.tmp, files)
             root = fs.make()
-            fs_label = ("a fresh ext4 (journal; sparse image, loop device "
-                        "with direct I/O)")
+            label = ("a fresh ext4 (journal; sparse image, loop device "
+                     "with direct I/O)")
+        yield bench, root, label
+        ok = True
+    finally:
+        bench.stop()
+        if fs is not None:
+            fs.remove()
+        bench.finish(ok, args.keep)
+
+
+def measure_group(args, labels, problems):
+    """Zones measured together (one file system, one nginx): generated,
+    loaded, every phase; returns (zones, results, file system label)."""
+    with zone_space(args, sum(SIZES[s] for s in labels)) as (
+            bench, root, fs_label):
         zones = [Zone(s, SIZES[s], root) for s in labels]
         for z in zones:
             c = counts_for(z.files, args.smoke)
@@ -1585,13 +1600,7 @@ def measure_group(args, labels, problems):
             raise RuntimeError("nginx died during the run")
         if niced:
             os.setpriority(os.PRIO_PROCESS, 0, 0)
-        ok = True
         return zones, res, fs_label
-    finally:
-        bench.stop()
-        if fs is not None:
-            fs.remove()
-        bench.finish(ok, args.keep)
 
 
 if __name__ == "__main__":

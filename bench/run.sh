@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark suite, one command:
 #
-#   bench/run.sh [--smoke | --short | --full | --purge [--full-purge] | --fleet]
+#   bench/run.sh [--smoke | --short | --full | --purge [--full-purge] | --fleet
+#                 | --purge-peers [--sizes 10k] | --purge-peers-smoke]
 #                [--build-dir DIR] [--micro]
 #
 #   --smoke   start every target and check each answers the expected bytes,
@@ -14,6 +15,13 @@
 #             cache files, purge by zone scan, by esid's index and by
 #             ngx_cache_purge 2.3, warm and cold page cache
 #   --full-purge  the same, then a 1M-file zone on its own (implies --purge)
+#   --purge-peers our purge against ngx_cache_purge 3.0.1 and
+#             ngx_cache_pilot 2.0.0 (bench/purge_peers.py; built by
+#             bench/build-peers.sh from ../shared/peers, or --peers-src DIR):
+#             zones of 10k, 100k and 1M files, every kind of purge each
+#             target has, a storm of 1,000/s, memory, restart
+#   --purge-peers-smoke  the same on a 1k-file zone, one purge a row, no
+#             timing (~10 s once the peers are built)
 #   --fleet   the fleet benchmark (bench/fleet.py): Redis and three NGINX +
 #             esid nodes; fan-out latency of 1,000 purges and a 10 s run at
 #             1,000 purges/s with each node's lag, Redis' memory and cost
@@ -29,7 +37,8 @@
 # starts the origin, Varnish, NGINX + module + esid, NGINX SSI and NGINX with
 # ESI off on 127.0.0.1, verifies their output byte for byte and times them;
 # or, with --purge, to bench/purge.py (and the cache purge module, e2fsprogs),
-# with --fleet to bench/fleet.py (and redis-server).
+# with --purge-peers to bench/build-peers.sh and bench/purge_peers.py (and
+# nginx-dev), with --fleet to bench/fleet.py (and redis-server).
 # Results land in bench/results/; see bench/README.md for the method.
 #
 # Everything started here is stopped on exit, also on failure or ^C.
@@ -42,6 +51,7 @@ build_dir=
 rev=
 micro=
 sizes=10k,100k
+peers_src=$root/../shared/peers
 args=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -50,7 +60,10 @@ while [ $# -gt 0 ]; do
         --build-dir) build_dir=$2; shift 2 ;;
         --rev) rev=$2; shift 2 ;;
         --micro) micro=1; shift ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        --purge-peers) mode=peers; shift ;;
+        --purge-peers-smoke) mode=peers; args+=(--smoke); shift ;;
+        --peers-src) peers_src=$2; shift 2 ;;
+        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
         *) args+=("$1"); shift ;;
     esac
 done
@@ -59,7 +72,7 @@ log() { printf 'bench: %s\n' "$*"; }
 
 # -- dependencies ------------------------------------------------------------
 
-if [ "$mode" = purge ]; then
+if [ "$mode" = purge ] || [ "$mode" = peers ]; then
     packages=(nginx python3 e2fsprogs mount)
 elif [ "$mode" = fleet ]; then
     packages=(nginx python3 redis-server)
@@ -69,7 +82,11 @@ fi
 # ngx_cache_purge 2.3, the purge benchmark's comparison (and its smoke's).
 case $mode in smoke|purge) packages+=(libnginx-mod-http-cache-purge) ;; esac
 case $mode in smoke) packages+=(redis-server) ;; esac
-case $mode in smoke|fleet) ;; *) packages+=(gnuplot-nox) ;; esac
+case $mode in smoke|fleet|peers) ;; *) packages+=(gnuplot-nox) ;; esac
+# The peers are built against Debian's nginx-dev tree, as ours is.
+case $mode in
+    peers) packages+=(nginx-dev gcc make libpcre2-dev libssl-dev zlib1g-dev) ;;
+esac
 [ -z "$micro" ] || packages+=(libbenchmark-dev)
 if [ -z "$build_dir" ]; then
     # The project's own build dependencies (quick when all are present).
@@ -163,6 +180,12 @@ rc=0
 if [ "$mode" = purge ]; then
     run_py "$root/bench/purge.py" --sizes "$sizes" --build-dir "$build_dir" \
         --product "$product" ${args[@]+"${args[@]}"} || rc=$?
+elif [ "$mode" = peers ]; then
+    log "building the NGINX purge modules from $peers_src"
+    bash "$root/bench/build-peers.sh" "$peers_src" "$build_dir/peers" >/dev/null
+    run_py "$root/bench/purge_peers.py" --build-dir "$build_dir" \
+        --peers "$build_dir/peers" --product "$product" \
+        ${args[@]+"${args[@]}"} || rc=$?
 elif [ "$mode" = fleet ]; then
     run_py "$root/bench/fleet.py" --build-dir "$build_dir" \
         --product "$product" ${args[@]+"${args[@]}"} || rc=$?

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -706,3 +707,12 @@ def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
 
+
+def exit_on_signals():
+    """SIGTERM, SIGINT and SIGHUP end the run as an exception would, so that
+    every `finally` stops what it started."""
+    def shutdown(signum, frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, shutdown)

@@ -31,7 +31,6 @@ import json
 import os
 import random
 import resource
-import signal
 import subprocess
 import sys
 import time
@@ -45,7 +44,7 @@ from esitest import (SlowClient, SlowClients, esid_bound_kib,  # noqa: E402
                      open_fds, poll, tcp_states, worker_bound_kib,
                      worker_pids)
 from purge import Client  # noqa: E402
-from running import Servers, loadavg  # noqa: E402
+from running import Servers, exit_on_signals, loadavg  # noqa: E402
 from workload import esi_tag, fragment_body, shell_filler  # noqa: E402
 
 ORIGIN_HTTP = """\
@@ -138,11 +137,7 @@ def main():
     args.build_dir = os.path.abspath(args.build_dir)
     args.workers = "2"
 
-    def shutdown(signum, frame):
-        raise SystemExit(128 + signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, shutdown)
+    exit_on_signals()
     # The clients' sockets here, and nginx's (which inherits the limit):
     # each client costs a worker a connection and, while a fragment is
     # fetched, an upstream one.

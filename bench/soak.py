@@ -42,7 +42,6 @@ import gzip
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -54,7 +53,7 @@ import reporting  # noqa: E402
 import support_path  # noqa: E402,F401  (tests/support on sys.path)
 from esitest import memory_kib, open_fds, poll, worker_pids  # noqa: E402
 from purge import Client  # noqa: E402
-from running import Servers, loadavg  # noqa: E402
+from running import Servers, exit_on_signals, loadavg  # noqa: E402
 from workload import esi_tag, fragment_body, shell_filler  # noqa: E402
 
 PAGES = 200
@@ -435,11 +434,7 @@ def main():
     args.build_dir = os.path.abspath(args.build_dir)
     args.workers = "2"   # running.Servers's nginx
 
-    def shutdown(signum, frame):
-        raise SystemExit(128 + signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, shutdown)
+    exit_on_signals()
 
     started = datetime.datetime.now()
     load_before = loadavg()
