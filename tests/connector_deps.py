@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 
-MAX_CROSSING = 69
+MAX_CROSSING = 70
 
 
 def symbols(path):

@@ -54,7 +54,8 @@ TEST(SettingsFile, AnUnknownKeyIsRefusedWithEveryKnownOne) {
     EXPECT_STREQ(e.what(),
                  "esid.conf:2: unknown key \"rings\" (known: socket, socket_group, socket_mode, "
                  "ring_size, segment_arena, plan_store, log_level, control_group, fleet, "
-                 "fleet_node, fleet_stream, fleet_user, fleet_password, fleet_on_gap, "
+                 "fleet_node, fleet_stream, fleet_user, fleet_password, fleet_tls_ca_file, "
+                 "fleet_tls_cert_file, fleet_tls_key_file, fleet_tls_server_name, fleet_on_gap, "
                  "fleet_max_entries, fleet_queue, state_dir, metrics)");
   }
 }
