@@ -99,5 +99,39 @@ TEST_F(WorkerSessionTest, APurgeThatFindsFilesIsAnnouncedAndForgottenBeforeItsAn
   std::system(("rm -rf " + root).c_str());
 }
 
+// esi_purge_timeout: the worker gave up on a purge still waiting for the
+// zone's first scan and closed its connection, so the files the answer
+// names are never unlinked, though answering made the index forget them.
+TEST_F(WorkerSessionTest, APurgeAnsweredAfterItsWorkerWentLeavesTheZoneInDoubt) {
+  const std::string root = ::testing::TempDir() + "gone-zone-" + std::to_string(getpid());
+  mkdir(root.c_str(), 0700);
+  writeCacheFile(root + "/" + md5ToHex(md5Of("/page")), "/page");
+
+  worker_->zone("pages", root);
+  worker_->purgeKey(7, "pages", "/page");
+  // One turn reads both; the scan's end comes on a later one.
+  uv_run(&loop_, UV_RUN_ONCE);
+  session_->drainReports();  // as when the worker's end closes
+  session_.reset();
+
+  // A soft purge, which leaves the index as it finds it, asks after the
+  // session's purge has been answered: the file is still on disk.
+  std::optional<PurgeOutcome> probe;
+  purger_.purge({.zone = "pages", .value = "/page", .soft = true},
+                [&probe](PurgeOutcome outcome) { probe = std::move(outcome); });
+  uv_timer_t guard;  // a hang guard, not a synchronisation
+  uv_timer_init(&loop_, &guard);
+  bool expired = false;
+  guard.data = &expired;
+  uv_timer_start(&guard, [](uv_timer_t* t) { *static_cast<bool*>(t->data) = true; }, 10000, 0);
+  while (!probe && !expired) uv_run(&loop_, UV_RUN_ONCE);
+  uv_close(reinterpret_cast<uv_handle_t*>(&guard), nullptr);
+  uv_run(&loop_, UV_RUN_NOWAIT);
+  ASSERT_TRUE(probe);
+  EXPECT_EQ(probe->files, std::vector<Md5>{md5Of("/page")});
+  EXPECT_TRUE(probe->scanned);
+  std::system(("rm -rf " + root).c_str());
+}
+
 }  // namespace
 }  // namespace esi::session_test

@@ -128,10 +128,16 @@ bool WorkerSession::handlePurge(uint32_t id, wire::Purge::Reader purge) {
   // the stats and the trace outlive every session.
   const uint64_t startNs = uv_hrtime();
   purger_.purge(query, [self = weak_from_this(), id, query, order, options, startNs,
-                        &stats = stats_, trace = trace_](const PurgeOutcome& outcome) {
+                        &stats = stats_, trace = trace_,
+                        &purger = purger_](const PurgeOutcome& outcome) {
     notePurge(stats, trace, query, outcome, startNs);
     auto session = self.lock();
-    if (!session) return;
+    if (!session) {
+      // Gone before its answer (esi_purge_timeout ends the connection):
+      // nobody unlinks the files the index has just forgotten.
+      if (!outcome.files.empty() && !query.soft) purger.connectionEnded(query.zone);
+      return;
+    }
     if (!outcome.files.empty()) session->onPurged_(outcome.files);
     FleetNote note;
     // A query refused as malformed would be refused on every node.
