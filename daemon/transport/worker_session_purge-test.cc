@@ -119,14 +119,7 @@ TEST_F(WorkerSessionTest, APurgeAnsweredAfterItsWorkerWentLeavesTheZoneInDoubt) 
   std::optional<PurgeOutcome> probe;
   purger_.purge({.zone = "pages", .value = "/page", .soft = true},
                 [&probe](PurgeOutcome outcome) { probe = std::move(outcome); });
-  uv_timer_t guard;  // a hang guard, not a synchronisation
-  uv_timer_init(&loop_, &guard);
-  bool expired = false;
-  guard.data = &expired;
-  uv_timer_start(&guard, [](uv_timer_t* t) { *static_cast<bool*>(t->data) = true; }, 10000, 0);
-  while (!probe && !expired) uv_run(&loop_, UV_RUN_ONCE);
-  uv_close(reinterpret_cast<uv_handle_t*>(&guard), nullptr);
-  uv_run(&loop_, UV_RUN_NOWAIT);
+  runUntil([&probe] { return probe.has_value(); });
   ASSERT_TRUE(probe);
   EXPECT_EQ(probe->files, std::vector<Md5>{md5Of("/page")});
   EXPECT_TRUE(probe->scanned);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -448,15 +449,20 @@ class WorkerSessionTest : public ::testing::Test {
   // Runs the loop (scans finish on the thread pool) until a purge answer
   // has arrived; bounded, so a missing answer fails instead of hanging.
   void awaitPurged() {
+    runUntil([this] {
+      worker_->drain();
+      return worker_->received.purgeDone;
+    });
+  }
+
+  // Runs the loop until done() holds, or a hang guard's 10 s have passed.
+  void runUntil(const std::function<bool()>& done) {
     uv_timer_t guard;  // a hang guard, not a synchronisation
     uv_timer_init(&loop_, &guard);
     bool expired = false;
     guard.data = &expired;
     uv_timer_start(&guard, [](uv_timer_t* t) { *static_cast<bool*>(t->data) = true; }, 10000, 0);
-    while (!worker_->received.purgeDone && !expired) {
-      uv_run(&loop_, UV_RUN_ONCE);
-      worker_->drain();
-    }
+    while (!done() && !expired) uv_run(&loop_, UV_RUN_ONCE);
     uv_close(reinterpret_cast<uv_handle_t*>(&guard), nullptr);
     uv_run(&loop_, UV_RUN_NOWAIT);
   }
