@@ -204,18 +204,18 @@ std::string fleetUrl(std::string_view text) {
   return std::string(text);
 }
 
-std::string absolutePath(std::string_view text) {
+// what: the setting, as its refusal names it.
+std::string absolutePathOf(std::string_view what, std::string_view text) {
   if (text.empty() || text.front() != '/') {
-    throw std::invalid_argument("state_dir must be an absolute path");
+    throw std::invalid_argument(std::string(what) + " must be an absolute path");
   }
   return std::string(text);
 }
 
+std::string absolutePath(std::string_view text) { return absolutePathOf("state_dir", text); }
+
 std::string tlsFile(std::string_view text) {
-  if (text.empty() || text.front() != '/') {
-    throw std::invalid_argument("a fleet_tls_*_file must be an absolute path");
-  }
-  return std::string(text);
+  return absolutePathOf("a fleet_tls_*_file", text);
 }
 
 uint64_t fleetMaxEntries(std::string_view text) {
